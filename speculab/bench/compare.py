@@ -1,0 +1,163 @@
+"""Peer benchmarks: speculab's baseline decoding against transformers and llama.cpp.
+
+Knows: how to build the same real-code prompt for every side (a window of
+CPython 3.11.7's ``textwrap.py``, PSF-2.0, shipped in ``bench/data``, inside a
+"refactor this" chat message, cut to an exact token count), and how to time
+decoding the same way for every side: the decode rate of a run is
+``batch * (N - 1) / (t(N tokens) - t(1 token))``, which removes prefill from
+the figure; the reported rate is the median over repeats, all in one process.
+
+Does not know: speculation (the EAGLE reference comparison lives with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from speculab.engine import Engine
+from speculab.models.tokenizer import Tokenizer
+from speculab.runtime import DTYPES, LoadedModel, load
+from speculab.sampling import SamplingParams
+
+CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
+
+
+def code_prompts(tokenizer: Tokenizer, num_tokens: int, count: int) -> list[list[int]]:
+    """``count`` chat prompts of at most ``num_tokens`` tokens (as close as whole characters allow),
+    each over a different window of real code."""
+    lines = resources.files("speculab.bench").joinpath("data", CODE_FILE).read_text().splitlines(keepends=True)
+
+    def encode(code: str) -> list[int]:
+        return tokenizer.encode_chat([{"role": "user", "content": f"Refactor this Python code for readability:\n```python\n{code}```"}])
+
+    prompts = []
+    for i in range(count):
+        window = "".join(lines[(i * 37) % max(1, len(lines) // 2) :])
+        if len(encode(window)) < num_tokens:
+            raise ValueError(f"{CODE_FILE} is too short for a {num_tokens}-token prompt")
+        lo, hi = 0, len(window)  # largest prefix of the window that fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if len(encode(window[:mid])) <= num_tokens else (lo, mid - 1)
+        prompts.append(encode(window[:lo]))
+    return prompts
+
+
+def decode_rate(run: Callable[[int], None], batch: int, max_tokens: int, repeats: int) -> dict:
+    """Median decode tok/s of ``run(n)`` (generate n tokens per row) over ``repeats``, after a warm-up."""
+    run(2)
+    rates, prefill = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(1)
+        t1 = time.perf_counter()
+        run(max_tokens)
+        t2 = time.perf_counter()
+        prefill.append(t1 - t0)
+        rates.append(batch * (max_tokens - 1) / ((t2 - t1) - (t1 - t0)))
+    return {"tok_s": statistics.median(rates), "runs_tok_s": rates, "prefill_s": statistics.median(prefill)}
+
+
+def speculab_side(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int, repeats: int) -> tuple[dict, list[int]]:
+    engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max(map(len, prompts)) + max_tokens + 1)
+    last: list = []
+
+    def run(n: int) -> None:
+        last[:] = engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
+
+    result = decode_rate(run, len(prompts), max_tokens, repeats)
+    return result, last[0].output_ids
+
+
+def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_tokens: int, repeats: int) -> tuple[dict, list[int]]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).eval()
+    ids = torch.tensor(prompts)
+    last: list = []
+
+    def run(n: int) -> None:
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+        last[:] = [out[0, ids.shape[1] :].tolist()]
+
+    result = decode_rate(run, len(prompts), max_tokens, repeats)
+    return result, last[0]
+
+
+def agreement(a: list[int], b: list[int]) -> float:
+    """Fraction of tokens before the first divergence."""
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if a[i] != b[i]), n)
+    return first / max(len(a), len(b), 1)
+
+
+def _setup(args: argparse.Namespace) -> LoadedModel:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load(args.model, args.dtype or "bfloat16", args.device)
+
+
+def compare_transformers(args: argparse.Namespace) -> dict:
+    loaded = _setup(args)
+    prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, args.batch_size)
+    ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
+    hf, hf_tokens = transformers_side(loaded.path, loaded.dtype, prompts, args.max_tokens, args.repeats)
+    import transformers
+
+    return {
+        "peer": "transformers",
+        "peer_version": transformers.__version__,
+        "dtype": loaded.dtype,
+        "batch_size": args.batch_size,
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "speculab_tok_s": ours["tok_s"],
+        "hf_tok_s": hf["tok_s"],
+        "ratio": ours["tok_s"] / hf["tok_s"],
+        "speculab_runs_tok_s": ours["runs_tok_s"],
+        "hf_runs_tok_s": hf["runs_tok_s"],
+        "speculab_prefill_s": ours["prefill_s"],
+        "hf_prefill_s": hf["prefill_s"],
+        "greedy_agreement": agreement(our_tokens, hf_tokens),
+    }
+
+
+def compare_llamacpp(args: argparse.Namespace) -> dict:
+    from speculab.bench import llamacpp
+    from speculab.models.embedded import cache_dir, ensure_gguf
+
+    if args.model not in (None, "default"):
+        raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
+    loaded = _setup(args)
+    prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
+    gguf = ensure_gguf()
+    if args.quant == "bf16":
+        gguf = llamacpp.ensure_bf16_gguf(gguf, cache_dir() / "gguf" / "SmolLM2-135M-Instruct.BF16.gguf")
+    ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
+    peer = llamacpp.measure_llamacpp(gguf, prompts[0], args.max_tokens, args.repeats, torch.get_num_threads())
+    return {
+        "peer": "llama.cpp",
+        "gguf": Path(gguf).name,
+        "dtype": loaded.dtype,
+        "batch_size": 1,
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "speculab_tok_s": ours["tok_s"],
+        "llamacpp_tok_s": peer["tok_s"],
+        "ratio": ours["tok_s"] / peer["tok_s"],
+        "speculab_runs_tok_s": ours["runs_tok_s"],
+        "llamacpp_runs_tok_s": peer["runs"],
+        "greedy_agreement": agreement(our_tokens, peer["tokens"]),
+    }

@@ -1,0 +1,201 @@
+"""llama.cpp baseline for ``speculab compare llama.cpp``.
+
+Measures plain (non-speculative) greedy decoding through ``llama-cpp-python``
+so speculab's numbers can be put next to llama.cpp's on the same machine.
+
+What this module knows:
+
+* How to make a BF16 GGUF from a quantized one (e.g. the Q4_1
+  SmolLM2-135M-Instruct file) with llama.cpp's own quantizer
+  (``llama_model_quantize`` with ``LLAMA_FTYPE_MOSTLY_BF16`` and
+  ``allow_requantize``).  The result is a *dequantized* Q4_1 model stored as
+  BF16 (1-d tensors such as norms stay F32), not the original BF16 release:
+  its weights are the Q4_1 weights rounded to BF16, so its greedy tokens can
+  differ slightly from the Q4_1 file's.
+* How to time greedy decoding: one warm-up run, then ``repeats`` runs, each
+  resetting the context, evaluating the prompt (``Llama.eval``, batches of
+  ``n_batch``), then generating exactly ``max_new_tokens`` tokens by argmax
+  over the last logits.  EOS is never checked, so it cannot stop a run early.
+  Prefill time covers prompt evaluation plus picking the first token; decode
+  tok/s is ``(max_new_tokens - 1) / (time from first generated token to the
+  last)``, i.e. it counts the ``max_new_tokens - 1`` single-token forward
+  passes (the last token is picked but never fed back).
+
+What it does not know / does not do:
+
+* No speculative decoding, sampling (temperature, top-k/p), batching of
+  several sequences, or GPU offload: it is the single-stream CPU baseline.
+* It does not control the build: the numbers depend on how llama-cpp-python
+  was compiled (``GGML_NATIVE`` => ``-march=native`` by default, OpenMP) and
+  on the machine's load; the thread counts passed in are the only knobs.
+* Weight repacking ("extra buffer types"): ``use_extra_bufts=False`` is
+  passed only when the installed ``Llama`` constructor has such a keyword
+  (llama-cpp-python 0.3.36 does not: it swallows unknown kwargs, so the
+  llama.cpp default applies).  The result dict says which it was.
+
+``llama_cpp`` is imported lazily so this module imports without it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+_INSTALL_HINT = (
+    "llama-cpp-python is not installed: pip install 'speculab[llamacpp]' "
+    "(or pip install llama-cpp-python==0.3.36; with GCC 12 build it with "
+    "CMAKE_ARGS=\"-DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse'\", see llama.cpp #20824)"
+)
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise RuntimeError(_INSTALL_HINT) from exc
+    return llama_cpp
+
+
+def ensure_bf16_gguf(src_gguf: Path, dst_gguf: Path) -> Path:
+    """Write a BF16 copy of ``src_gguf`` to ``dst_gguf`` unless it exists.
+
+    Uses llama.cpp's quantizer (``llama_model_quantize``, ftype
+    ``LLAMA_FTYPE_MOSTLY_BF16``, ``allow_requantize=True``), writing to a
+    temporary file first so an interrupted run leaves no half-written
+    ``dst_gguf``.  Returns ``dst_gguf``.
+    """
+    src_gguf, dst_gguf = Path(src_gguf), Path(dst_gguf)
+    if dst_gguf.exists():
+        return dst_gguf
+    llama_cpp = _import_llama_cpp()
+    if not src_gguf.is_file():
+        raise FileNotFoundError(f"source GGUF not found: {src_gguf}")
+    dst_gguf.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst_gguf.with_name(f"{dst_gguf.name}.tmp{os.getpid()}")
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_BF16
+    params.allow_requantize = True
+
+    # llama-cpp-python prints every llama.cpp log line (one per tensor here)
+    # unless its logger is at ERROR; quiet it for the duration.
+    logger = logging.getLogger("llama-cpp-python")
+    old_level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        llama_cpp.llama_backend_init()
+        rc = llama_cpp.llama_model_quantize(
+            str(src_gguf).encode(), str(tmp).encode(), params
+        )
+        if rc != 0:
+            raise RuntimeError(
+                f"llama_model_quantize({src_gguf} -> BF16) failed with code {rc}"
+            )
+        os.replace(tmp, dst_gguf)
+    finally:
+        logger.setLevel(old_level)
+        tmp.unlink(missing_ok=True)
+    return dst_gguf
+
+
+def measure_llamacpp(
+    gguf_path: Path,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    repeats: int,
+    n_threads: int,
+) -> dict:
+    """Time greedy decoding of ``gguf_path`` with llama-cpp-python.
+
+    One warm-up run, then ``repeats`` timed runs (see the module docstring
+    for what is timed).  Returns::
+
+        {"tok_s": median decode tok/s, "prefill_s": median prefill seconds,
+         "runs": [decode tok/s per run], "prefill_runs": [...],
+         "tokens": generated ids of the first timed run,
+         "gguf": str(gguf_path), "n_threads": n_threads,
+         "n_prompt": len(prompt_ids), "max_new_tokens": max_new_tokens,
+         "use_extra_bufts": False if disabled, None if left at the default}
+    """
+    if max_new_tokens < 2:
+        raise ValueError("max_new_tokens must be >= 2 to time decoding")
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    if not prompt_ids:
+        raise ValueError("prompt_ids must not be empty")
+    llama_cpp = _import_llama_cpp()
+    import numpy as np  # a dependency of llama-cpp-python
+
+    gguf_path = Path(gguf_path)
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"GGUF not found: {gguf_path}")
+    prompt_ids = [int(t) for t in prompt_ids]
+    n_ctx = len(prompt_ids) + max_new_tokens + 1
+    n_ctx = -(-n_ctx // 256) * 256  # llama.cpp pads the KV cache to 256 anyway
+
+    kwargs: dict[str, Any] = dict(
+        model_path=str(gguf_path),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        n_batch=512,
+        logits_all=False,
+        verbose=False,
+    )
+    use_extra_bufts = None
+    if "use_extra_bufts" in inspect.signature(llama_cpp.Llama.__init__).parameters:
+        kwargs["use_extra_bufts"] = use_extra_bufts = False
+    llm = llama_cpp.Llama(**kwargs)
+    try:
+        n_vocab = llm.n_vocab()
+        if max(prompt_ids) >= n_vocab or min(prompt_ids) < 0:
+            raise ValueError(f"prompt ids out of range for vocab of {n_vocab}")
+
+        def next_token() -> int:
+            # Greedy = argmax of the last position's logits (the only row
+            # computed with logits_all=False).  No EOS check on purpose.
+            ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            return int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
+
+        def one_run() -> tuple[float, float, list[int]]:
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(prompt_ids)
+            tok = next_token()
+            t1 = time.perf_counter()
+            tokens = [tok]
+            for _ in range(max_new_tokens - 1):
+                llm.eval([tok])
+                tok = next_token()
+                tokens.append(tok)
+            t2 = time.perf_counter()
+            return t1 - t0, (max_new_tokens - 1) / (t2 - t1), tokens
+
+        one_run()  # warm-up: page in weights, spin up the thread pool
+        prefill, runs, first_tokens = [], [], None
+        for _ in range(repeats):
+            p, tok_s, tokens = one_run()
+            prefill.append(p)
+            runs.append(tok_s)
+            if first_tokens is None:
+                first_tokens = tokens
+    finally:
+        llm.close()
+
+    return {
+        "tok_s": statistics.median(runs),
+        "prefill_s": statistics.median(prefill),
+        "runs": runs,
+        "prefill_runs": prefill,
+        "tokens": first_tokens,
+        "gguf": str(gguf_path),
+        "n_threads": n_threads,
+        "n_prompt": len(prompt_ids),
+        "max_new_tokens": max_new_tokens,
+        "use_extra_bufts": use_extra_bufts,
+    }

@@ -1,0 +1,198 @@
+"""The decoding engine: requests in batch slots, one step at a time.
+
+Knows: a fixed number of cache slots (the maximum batch); requests join a free
+slot at any step (prefill gives their first token) and leave when they stop,
+so a server can drive it with continuous batching through ``add_request`` and
+``step``. Running requests are kept in slots ``0..n-1`` (a finished request's
+slot is filled by moving the last one down), so a batch reads the cache as a
+slice and never gathers it.
+
+Each step decodes one token for every running request (baseline decoding);
+the step is written as forward → sample → commit so that speculative methods
+can replace the middle with propose → verify.
+
+Does not know: tokenizers (it takes and gives token ids), HTTP, or benchmarks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from speculab.models.kv_cache import KVCache
+from speculab.models.llama import Transformer, causal_batch
+from speculab.sampling import SamplingParams, sample_rows
+
+PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
+
+
+@dataclass
+class Request:
+    id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None  # "stop" | "length"
+    generator: torch.Generator | None = None
+    arrival_time: float = field(default_factory=time.perf_counter)
+    token_times: list[float] = field(default_factory=list)  # when each output token was produced
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New tokens of one request, produced by one step."""
+
+    request: Request
+    token_ids: list[int]
+    finished: bool
+
+
+class Engine:
+    def __init__(self, model: Transformer, max_batch: int = 16, max_seq_len: int | None = None, stop_ids: frozenset[int] = frozenset()):
+        if not 1 <= max_batch:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        self.model = model
+        self.max_batch = max_batch
+        self.max_seq_len = min(max_seq_len or 4096, model.config.sliding_window or 1 << 30, model.config.max_position_embeddings)
+        self.cache: KVCache = model.new_cache(max_batch, self.max_seq_len)
+        self.default_stop_ids = stop_ids or frozenset(model.config.eos_token_ids)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # running[i] lives in slot i
+        self._ids = itertools.count()
+        self.device = model.norm.weight.device
+
+    # -- requests -----------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Request:
+        params = params or SamplingParams()
+        if not prompt_ids:
+            raise ValueError("a prompt needs at least one token")
+        vocab = self.model.config.vocab_size
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        if len(prompt_ids) + params.max_tokens > self.max_seq_len:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the engine's "
+                f"max_seq_len of {self.max_seq_len}"
+            )
+        stop = frozenset() if params.ignore_eos else (params.stop_token_ids if params.stop_token_ids is not None else self.default_stop_ids)
+        request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator())
+        self.waiting.append(request)
+        return request
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- the loop -------------------------------------------------------------------
+    def step(self) -> list[TokenEvent]:
+        """Admit waiting requests into free slots (prefill), then decode one token for the others."""
+        events = self._decode_running() if self.running else []
+        while self.waiting and len(self.running) < self.max_batch:
+            events.append(self._prefill(self.waiting.popleft()))
+        self._release_finished()
+        return events
+
+    def _prefill(self, request: Request) -> TokenEvent:
+        slot = len(self.running)
+        request.slot = slot
+        self.running.append(request)
+        self.cache.lengths[slot] = 0
+        ids = torch.tensor([request.prompt_ids], device=self.device)
+        rows = torch.tensor([slot], device=self.device)
+        for start in range(0, ids.shape[1], PREFILL_CHUNK):
+            chunk = ids[:, start : start + PREFILL_CHUNK]
+            batch = causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1])
+            last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
+            out = self.model(chunk, batch, self.cache, logits_at=last)
+            self.cache.commit(slot, start + chunk.shape[1])
+        token = sample_rows(out.logits[:, -1], [request.params], [request.generator])[0]
+        return self._emit(request, [token])
+
+    def _decode_running(self) -> list[TokenEvent]:
+        reqs = self.running
+        rows = torch.arange(len(reqs), device=self.device)
+        start = torch.tensor([self.cache.lengths[r.slot] for r in reqs], device=self.device)
+        tokens = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self.device)
+        out = self.model(tokens, causal_batch(rows, start, 1), self.cache)
+        next_tokens = sample_rows(out.logits[:, -1], [r.params for r in reqs], [r.generator for r in reqs])
+        events = []
+        for r, token in zip(reqs, next_tokens):
+            self.cache.commit(r.slot, self.cache.lengths[r.slot] + 1)
+            events.append(self._emit(r, [token]))
+        return events
+
+    def _emit(self, request: Request, tokens: list[int]) -> TokenEvent:
+        """Append tokens up to the first stop token or the token budget, and mark the request finished."""
+        kept: list[int] = []
+        now = time.perf_counter()
+        for token in tokens:
+            if token in request.stop_ids:
+                request.finish_reason = "stop"
+                break
+            kept.append(token)
+            request.output_ids.append(token)
+            request.token_times.append(now)
+            if len(request.output_ids) >= request.params.max_tokens:
+                request.finish_reason = "length"
+                break
+        return TokenEvent(request, kept, request.finished)
+
+    def _release_finished(self) -> None:
+        """Free finished slots, moving the last running request into each hole."""
+        slot = 0
+        while slot < len(self.running):
+            if not self.running[slot].finished:
+                slot += 1
+                continue
+            self.running[slot].slot = None
+            last = self.running.pop()
+            if slot == len(self.running):  # the finished request was the last one
+                self.cache.free(slot)
+                continue
+            self.cache.move(last.slot, slot)
+            last.slot = slot
+            self.running[slot] = last
+
+    # -- conveniences ------------------------------------------------------------
+    def stream(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None) -> Iterator[TokenEvent]:
+        """Run prompts to completion, yielding tokens as they are produced."""
+        params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(params_list)} sampling parameter sets")
+        mine = {self.add_request(prompt, p).id for prompt, p in zip(prompts, params_list)}
+        while self.has_work and mine:
+            for event in self.step():
+                if event.request.id in mine:
+                    yield event
+                    if event.finished:
+                        mine.discard(event.request.id)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+        on_token: Callable[[TokenEvent], None] | None = None,
+    ) -> list[Request]:
+        """Run prompts to completion; returns the requests in prompt order."""
+        done: dict[int, Request] = {}
+        for event in self.stream(prompts, params):
+            if on_token is not None:
+                on_token(event)
+            if event.finished:
+                done[event.request.id] = event.request
+        return [done[i] for i in sorted(done)]

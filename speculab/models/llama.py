@@ -1,0 +1,215 @@
+"""The Llama-family forward, in one file (gpt-fast style).
+
+Knows: RMSNorm, RoPE (default, linear, llama3 scaling), grouped-query attention
+through ``scaled_dot_product_attention``, SwiGLU, tied or untied lm_head, qkv
+bias (Qwen2). The forward takes explicit RoPE positions, explicit KV-cache
+write positions and an explicit attention mask, so a batch of chains, of
+ragged prompts or of draft trees is the same call with other tensors.
+
+Does not know: how tensors are loaded (``loading.py``), how the cache is laid
+out beyond the per-layer view (``kv_cache.py``), or which tokens to run
+(``engine.py``).
+
+Weights are fused at load time (q|k|v and gate|up), so a layer is four
+matmuls; on the CPU they can be prepacked for oneDNN (``linear.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speculab.models.config import ModelConfig, RopeScaling
+from speculab.models.kv_cache import KVCache
+
+
+@dataclass
+class ForwardBatch:
+    """Everything one forward needs besides the tokens; built once and shared by all layers.
+
+    ``rows`` maps batch rows to cache slots. ``cache_pos`` is where each new token's
+    K/V is written; ``input_pos`` is its RoPE position. For a chain both are equal;
+    for a draft tree ``input_pos`` is context length + depth while ``cache_pos`` is
+    the node's own slot. ``mask`` says which cached positions each new token sees.
+    """
+
+    rows: Tensor  # [batch] cache slot of each row
+    input_pos: Tensor  # [batch, q] RoPE positions
+    cache_pos: Tensor  # [batch, q] KV write positions
+    mask: Tensor  # [batch, 1, q, length] bool, True = attend
+    contiguous_rows: slice | None = None  # rows as a slice when they are a range (no gather)
+    kv_heads_index: Tensor | None = None  # [1, 2*kv_heads, 1], set by the model
+
+    @property
+    def length(self) -> int:
+        return self.mask.shape[-1]
+
+
+@dataclass
+class ForwardOutput:
+    logits: Tensor  # [batch, n, vocab] at the requested positions (all q when none asked)
+    hidden: Tensor  # [batch, q, hidden] final hidden states after the last norm (EAGLE features)
+    captured: dict[int, Tensor]  # layer index -> [batch, q, hidden] hidden state entering that layer
+
+
+def causal_batch(rows: Tensor, start: Tensor, q: int, length: int | None = None) -> ForwardBatch:
+    """A batch of chains: row i writes q tokens at positions start[i]..start[i]+q-1.
+
+    rows: [batch] cache slots; start: [batch] tokens already in each slot's cache.
+    """
+    offsets = torch.arange(q, device=start.device)
+    pos = start[:, None] + offsets[None, :]  # [batch, q]
+    length = int(pos.max()) + 1 if length is None else length
+    cols = torch.arange(length, device=start.device)
+    mask = cols[None, None, :] <= pos[:, :, None]  # [batch, q, length]
+    return ForwardBatch(rows, pos, pos, mask[:, None], _as_slice(rows))
+
+
+def _as_slice(rows: Tensor) -> slice | None:
+    n = rows.numel()
+    first = int(rows[0])
+    if torch.equal(rows, torch.arange(first, first + n, device=rows.device)):
+        return slice(first, first + n)
+    return None
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> Tensor:
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling.kind == "linear":
+        inv_freq = inv_freq / scaling.factor
+    elif scaling.kind == "llama3":
+        old_len = scaling.original_max_position_embeddings
+        low_wavelen = old_len / scaling.low_freq_factor
+        high_wavelen = old_len / scaling.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+        smooth = (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
+        is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv_freq = torch.where(is_medium, smoothed, scaled)
+    return inv_freq.float()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        # Half precision normalises in fp32 and scales after rounding back, as transformers does.
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        qkv_out = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.num_heads * config.head_dim, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor, kv: Tensor, batch: ForwardBatch, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor:
+        """x: [batch, q, hidden]; kv: this layer's cache [slots, 2*kv_heads, max_len, head_dim]."""
+        heads_index = batch.kv_heads_index
+        bsz, q, _ = x.shape
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv_proj(x).view(bsz, q, h + 2 * hkv, d).transpose(1, 2)  # [batch, heads, q, d]
+        qk = qkv[:, : h + hkv]
+        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE, rotate-half convention
+        new_kv = torch.cat((qk[:, h:], qkv[:, h + hkv :]), dim=1)  # [batch, 2*kv_heads, q, d]
+        kv.index_put_((batch.rows[:, None, None], heads_index, batch.cache_pos[:, None, :]), new_kv)
+        rows = batch.contiguous_rows if batch.contiguous_rows is not None else batch.rows
+        cached = kv[rows, :, : batch.length]  # [batch, 2*kv_heads, length, d]
+        # GQA without repeating K/V: the query heads of one group become extra query rows.
+        query = qk[:, :h].reshape(bsz, hkv, (h // hkv) * q, d)
+        out = F.scaled_dot_product_attention(query, cached[:, :hkv], cached[:, hkv:], attn_mask=mask)
+        out = out.view(bsz, h, q, d).transpose(1, 2).reshape(bsz, q, h * d)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: Tensor, kv: Tensor, batch: ForwardBatch, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), kv, batch, cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.norm.weight.dtype
+
+    def new_cache(self, num_slots: int, max_len: int) -> KVCache:
+        c = self.config
+        return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.dtype, self.norm.weight.device)
+
+    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and signed sin for the rotate-half convention: [batch, 1, q, head_dim]."""
+        angles = positions[..., None].float() * self.inv_freq  # [batch, q, head_dim/2]
+        cos, sin = angles.cos(), angles.sin()
+        cos = torch.cat((cos, cos), dim=-1)
+        sin = torch.cat((-sin, sin), dim=-1)
+        return cos[:, None].to(self.dtype), sin[:, None].to(self.dtype)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        tokens: Tensor,  # [batch, q]
+        batch: ForwardBatch,
+        cache: KVCache,
+        logits_at: Tensor | None = None,  # [batch, n] indices into q; None = every position
+        capture_layers: tuple[int, ...] = (),
+    ) -> ForwardOutput:
+        x = self.embed_tokens(tokens)
+        if batch.kv_heads_index is None:
+            batch.kv_heads_index = torch.arange(2 * self.config.num_kv_heads, device=tokens.device)[None, :, None]
+        cos, sin = self.rope(batch.input_pos)
+        group = self.config.num_heads // self.config.num_kv_heads
+        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
+        captured = {}
+        for i, layer in enumerate(self.layers):
+            if i in capture_layers:
+                captured[i] = x
+            x = layer(x, cache.layer(i), batch, cos, sin, mask)
+        hidden = self.norm(x)
+        if logits_at is not None:
+            picked = hidden.gather(1, logits_at[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        else:
+            picked = hidden
+        return ForwardOutput(self.lm_head(picked), hidden, captured)

@@ -1,0 +1,69 @@
+"""Choosing a device and dtype, and loading a model with its tokenizer.
+
+Knows: which CPUs compute bf16 natively (AMX or AVX512-BF16; elsewhere bf16 is
+emulated and slower than fp32), and that CUDA, when present, is preferred.
+Does not know: anything about decoding.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from speculab.models.embedded import resolve_model_path
+from speculab.models.llama import Transformer
+from speculab.models.loading import load_model
+from speculab.models.tokenizer import Tokenizer
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_native_bf16() -> bool:
+    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str | None = None) -> str:
+    """bf16 on CUDA and on CPUs with AMX or AVX512-BF16, fp32 elsewhere."""
+    device = device or default_device()
+    return "bfloat16" if device.startswith("cuda") or cpu_has_native_bf16() else "float32"
+
+
+@dataclass
+class LoadedModel:
+    model: Transformer
+    tokenizer: Tokenizer
+    path: Path
+    dtype: str
+    device: str
+
+
+def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None) -> LoadedModel:
+    """Load a checkpoint folder (or the embedded default) with its tokenizer."""
+    device = device or default_device()
+    dtype = dtype or default_dtype(device)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    path = resolve_model_path(model_path)
+    tokenizer = Tokenizer(path)
+    model = load_model(path, DTYPES[dtype], device)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {model.config.vocab_size}")
+    return LoadedModel(model, tokenizer, path, dtype, device)

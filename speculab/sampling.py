@@ -1,0 +1,84 @@
+"""Sampling parameters and the target distribution they define.
+
+Knows: greedy (temperature 0), temperature, top-k, top-p, per-request seeds.
+``target_probs`` is the one definition of "the target's distribution" that
+both plain sampling and lossless speculative verification draw from, so the
+two cannot drift apart. Does not know: drafts or acceptance (``spec/verify.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k
+    seed: int | None = None
+    stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generator(self) -> torch.Generator | None:
+        if self.greedy:
+            return None
+        g = torch.Generator()
+        g.manual_seed(self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        return g
+
+
+def target_probs(logits: Tensor, params: SamplingParams) -> Tensor:
+    """The distribution sampling draws from: softmax(logits / T) restricted by top-k and top-p.
+
+    logits: [n, vocab] (any float dtype); returns fp32 probabilities [n, vocab].
+    Greedy params give a one-hot distribution on the argmax.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample_rows(
+    logits: Tensor,  # [batch, vocab]
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[int]:
+    """One token per row, each row with its own parameters and generator."""
+    tokens = logits.argmax(-1).tolist()
+    for row, p in enumerate(params):
+        if not p.greedy:
+            probs = target_probs(logits[row : row + 1], p)
+            tokens[row] = int(torch.multinomial(probs, 1, generator=generators[row]).item())
+    return tokens

@@ -1,0 +1,86 @@
+"""Tiny random-weight Llama-family checkpoints built in-test (no downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from speculab.models.config import ModelConfig
+from speculab.models.llama import Transformer
+from speculab.models.loading import build_model, to_speculab_state
+
+TINY_HF = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+)
+
+
+def tiny_hf_model(kind: str = "llama", seed: int = 0, **overrides):
+    """A transformers model with random weights (norms and biases randomised too)."""
+    import transformers
+
+    cls_cfg, cls_model = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    }[kind]
+    torch.manual_seed(seed)
+    model = cls_model(cls_cfg(**{**TINY_HF, **overrides})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.normal_(1.0, 0.1)
+            elif "bias" in name:
+                p.normal_(0.0, 0.1)
+            else:
+                p.normal_(0.0, 0.08)
+    return model
+
+
+def speculab_from_hf(hf_model, prepack: bool = True) -> Transformer:
+    config = ModelConfig.from_hf_dict(hf_model.config.to_dict())
+    state = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}
+    return build_model(config, to_speculab_state(state, config), prepack=prepack)
+
+
+def tiny_model(seed: int = 0, kind: str = "llama", **overrides) -> Transformer:
+    return speculab_from_hf(tiny_hf_model(kind, seed, **overrides))
+
+
+def save_tiny_checkpoint(folder: Path, kind: str = "llama", seed: int = 0, safe: bool = True, shard: str | None = None, **overrides) -> Path:
+    """Write a tiny HF checkpoint folder with a word-level tokenizer.json."""
+    model = tiny_hf_model(kind, seed, **overrides)
+    if safe:
+        model.save_pretrained(folder, max_shard_size=shard or "10GB")
+    else:  # transformers 5 writes safetensors only; write the legacy pickle layout by hand
+        folder.mkdir(parents=True, exist_ok=True)
+        model.config.save_pretrained(folder)
+        state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight" or not model.config.tie_word_embeddings}
+        if shard is None:
+            torch.save(state, folder / "pytorch_model.bin")
+        else:
+            names = sorted(state)
+            halves = {"pytorch_model-00001-of-00002.bin": names[: len(names) // 2], "pytorch_model-00002-of-00002.bin": names[len(names) // 2 :]}
+            for file, keys in halves.items():
+                torch.save({k: state[k] for k in keys}, folder / file)
+            weight_map = {k: file for file, keys in halves.items() for k in keys}
+            (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    write_tiny_tokenizer(folder, model.config.vocab_size)
+    return folder
+
+
+def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab |= {f"w{i}": i for i in range(3, vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": "</s>",
+        "chat_template": "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w3{% endif %}",
+    }))
