@@ -24,8 +24,6 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from tokenizers.decoders import DecodeStream
-
     from speculab.engine import Engine
     from speculab.runtime import load
     from speculab.sampling import SamplingParams
@@ -37,9 +35,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos
     )
     engine = Engine(loaded.model, max_batch=1, max_seq_len=len(prompt_ids) + args.max_tokens + 1, stop_ids=tok.stop_ids)
-    decoder = DecodeStream(skip_special_tokens=True)
     start = time.perf_counter()
-    (request,) = engine.generate([prompt_ids], params, on_token=None if args.json else _printer(tok, decoder))
+    (request,) = engine.generate([prompt_ids], params, on_token=None if args.json else _printer(tok.stream_decoder()))
     end = time.perf_counter()
     if not args.json:
         print(flush=True)
@@ -63,10 +60,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _printer(tok, decoder):
+def _printer(decode):
     def on_token(event) -> None:
         for token in event.token_ids:
-            piece = decoder.step(tok._tok, token)
+            piece = decode(token)
             if piece:
                 sys.stdout.write(piece)
         sys.stdout.flush()

@@ -62,8 +62,8 @@ def load(model_path: str | Path | None = None, dtype: str | None = None, device:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     path = resolve_model_path(model_path)
-    tokenizer = Tokenizer(path)
     model = load_model(path, DTYPES[dtype], device)
+    tokenizer = Tokenizer(path)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {model.config.vocab_size}")
     return LoadedModel(model, tokenizer, path, dtype, device)

@@ -4,8 +4,9 @@ Knows: how to build the same real-code prompt for every side (a window of
 CPython 3.11.7's ``textwrap.py``, PSF-2.0, shipped in ``bench/data``, inside a
 "refactor this" chat message, cut to an exact token count), and how to time
 decoding the same way for every side: the decode rate of a run is
-``batch * (N - 1) / (t(N tokens) - t(1 token))``, which removes prefill from
-the figure; the reported rate is the median over repeats, all in one process.
+``batch * (N - 1) / (t(last token) - t(first token of the last row))``, which
+leaves prefill out of the figure; the reported rate is the median over repeats,
+all in one process, after a short warm-up run.
 
 Does not know: speculation (the EAGLE reference comparison lives with it).
 """
@@ -50,30 +51,42 @@ def code_prompts(tokenizer: Tokenizer, num_tokens: int, count: int) -> list[list
     return prompts
 
 
-def decode_rate(run: Callable[[int], None], batch: int, max_tokens: int, repeats: int) -> dict:
-    """Median decode tok/s of ``run(n)`` (generate n tokens per row) over ``repeats``, after a warm-up."""
-    run(2)
-    rates, prefill = [], []
+def measure(run: Callable[[int], tuple[float, float]], batch: int, max_tokens: int, repeats: int) -> dict:
+    """Median decode tok/s over ``repeats`` runs of ``run(n)``, after a short warm-up.
+
+    ``run(n)`` generates n tokens per row and returns (time of the last row's first token,
+    time of the last token): every row decodes n-1 tokens between the two, prefill excluded.
+    """
+    run(4)
+    rates = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run(1)
-        t1 = time.perf_counter()
-        run(max_tokens)
-        t2 = time.perf_counter()
-        prefill.append(t1 - t0)
-        rates.append(batch * (max_tokens - 1) / ((t2 - t1) - (t1 - t0)))
-    return {"tok_s": statistics.median(rates), "runs_tok_s": rates, "prefill_s": statistics.median(prefill)}
+        first, last = run(max_tokens)
+        rates.append(batch * (max_tokens - 1) / (last - first))
+    return {"tok_s": statistics.median(rates), "runs_tok_s": rates}
 
 
 def speculab_side(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int, repeats: int) -> tuple[dict, list[int]]:
     engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max(map(len, prompts)) + max_tokens + 1)
     last: list = []
 
-    def run(n: int) -> None:
+    def run(n: int) -> tuple[float, float]:
         last[:] = engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
+        return max(r.token_times[0] for r in last), max(r.token_times[-1] for r in last)
 
-    result = decode_rate(run, len(prompts), max_tokens, repeats)
-    return result, last[0].output_ids
+    return measure(run, len(prompts), max_tokens, repeats), last[0].output_ids
+
+
+class _TimingStreamer:
+    """A transformers streamer that only records when each generated token arrives."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())  # the first call carries the prompt
+
+    def end(self) -> None:
+        pass
 
 
 def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_tokens: int, repeats: int) -> tuple[dict, list[int]]:
@@ -83,13 +96,16 @@ def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_toke
     ids = torch.tensor(prompts)
     last: list = []
 
-    def run(n: int) -> None:
+    def run(n: int) -> tuple[float, float]:
+        streamer = _TimingStreamer()
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, streamer=streamer
+            )
         last[:] = [out[0, ids.shape[1] :].tolist()]
+        return streamer.times[1], streamer.times[-1]
 
-    result = decode_rate(run, len(prompts), max_tokens, repeats)
-    return result, last[0]
+    return measure(run, len(prompts), max_tokens, repeats), last[0]
 
 
 def agreement(a: list[int], b: list[int]) -> float:
@@ -126,8 +142,6 @@ def compare_transformers(args: argparse.Namespace) -> dict:
         "ratio": ours["tok_s"] / hf["tok_s"],
         "speculab_runs_tok_s": ours["runs_tok_s"],
         "hf_runs_tok_s": hf["runs_tok_s"],
-        "speculab_prefill_s": ours["prefill_s"],
-        "hf_prefill_s": hf["prefill_s"],
         "greedy_agreement": agreement(our_tokens, hf_tokens),
     }
 

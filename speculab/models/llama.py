@@ -95,16 +95,19 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> Tensor:
 
 
 class RMSNorm(nn.Module):
+    """RMSNorm; ``weight`` is None once it has been folded into the next linear (``fold_norm_weights``)."""
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight: nn.Parameter | None = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dtype == torch.float32:
             return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
         # Half precision normalises in fp32 and scales after rounding back, as transformers does.
-        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+        normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+        return normed if self.weight is None else self.weight * normed
 
 
 class Attention(nn.Module):
@@ -171,6 +174,20 @@ class Transformer(nn.Module):
         inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
+    @torch.no_grad()
+    def fold_norm_weights(self) -> None:
+        """Fold each layer's RMSNorm weights into the linear that follows it (one multiply less per norm).
+
+        norm(x) @ W.T == (x / rms(x)) @ (W * w).T; the product is formed in fp32, then rounded once.
+        The final norm keeps its weight: its output is the feature EAGLE heads read.
+        """
+        for layer in self.layers:
+            for norm, linear in ((layer.input_layernorm, layer.self_attn.qkv_proj), (layer.post_attention_layernorm, layer.mlp.gate_up_proj)):
+                if norm.weight is None:
+                    continue
+                linear.weight.copy_((linear.weight.float() * norm.weight.float()[None, :]).to(linear.weight.dtype))
+                norm.weight = None
+
     @property
     def dtype(self) -> torch.dtype:
         return self.norm.weight.dtype
@@ -196,7 +213,7 @@ class Transformer(nn.Module):
         logits_at: Tensor | None = None,  # [batch, n] indices into q; None = every position
         capture_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
-        x = self.embed_tokens(tokens)
+        x = self.embed_tokens(tokens).to(self.dtype)  # the table may be stored compactly (loading.py)
         if batch.kv_heads_index is None:
             batch.kv_heads_index = torch.arange(2 * self.config.num_kv_heads, device=tokens.device)[None, :, None]
         cos, sin = self.rope(batch.input_pos)

@@ -13,6 +13,7 @@ tokenizers (``tokenizer.py``).
 
 from __future__ import annotations
 
+import ctypes
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,9 +145,32 @@ def build_model(config: ModelConfig, state: dict[str, Tensor], device: str | tor
     # The RoPE table is derived, not stored; meta-device construction left it empty.
     model.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
     model = model.to(device).eval().requires_grad_(False)
+    model.fold_norm_weights()
     if prepack:
         prepack_linears(model)
+        _store_embedding_compactly(model)
+    _release_freed_heap()
     return model
+
+
+def _store_embedding_compactly(model: Transformer) -> None:
+    """Once the lm_head holds its own packed copy, a tied fp32 embedding whose values are all
+    bf16 numbers (any bf16 checkpoint) is kept in bf16: lookups stay exact, memory halves."""
+    weight = model.embed_tokens.weight
+    if isinstance(model.lm_head, torch.nn.Linear) or weight.dtype != torch.float32:
+        return
+    # A float32 is a bf16 number when its low 16 bits are zero; checked in chunks to keep peak memory low.
+    bits = weight.detach().view(torch.int32)
+    if all(not (chunk & 0xFFFF).any() for chunk in bits.split(4096)):
+        model.embed_tokens.weight = torch.nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
+
+
+def _release_freed_heap() -> None:
+    """Hand the loader's freed temporaries back to the OS (glibc keeps them otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def load_model(

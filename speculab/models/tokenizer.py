@@ -68,6 +68,13 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def stream_decoder(self):
+        """A function token_id -> new text (or None while a multi-token character is incomplete)."""
+        from tokenizers.decoders import DecodeStream
+
+        stream = DecodeStream(skip_special_tokens=True)
+        return lambda token: stream.step(self._tok, token)
+
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template; pass a plain prompt instead")

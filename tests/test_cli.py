@@ -1,0 +1,43 @@
+"""The command line, end to end, on a tiny checkpoint folder and on the embedded model."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from speculab.cli import main
+from tests.helpers import save_tiny_checkpoint
+
+
+def test_generate_json_on_a_local_checkpoint(tmp_path, capsys):
+    save_tiny_checkpoint(tmp_path)
+    code = main(["generate", "--model", str(tmp_path), "--prompt", "w5 w9 w11", "--max-tokens", "6", "--ignore-eos", "--json", "--dtype", "float32"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["num_tokens"] == 6 and result["prompt_tokens"] == 3
+    assert result["tokens_per_s"] > 0 and result["finish_reason"] == "length"
+    assert isinstance(result["text"], str) and result["text"]
+
+
+def test_generate_streams_text_and_chat(tmp_path, capsys):
+    save_tiny_checkpoint(tmp_path)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--chat", "--max-tokens", "4", "--ignore-eos"]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_clear_error_for_bad_model_folder(tmp_path, capsys):
+    assert main(["generate", "--model", str(tmp_path / "missing"), "--prompt", "x"]) == 2
+    assert "not a checkpoint folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generate_embedded_model_subprocess():
+    out = subprocess.run(
+        [sys.executable, "-m", "speculab.cli", "generate", "--chat", "--prompt", "Write a Python function that reverses a string.",
+         "--max-tokens", "24", "--json"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["num_tokens"] > 0 and result["tokens_per_s"] > 0
+    assert "def" in result["text"] or "reverse" in result["text"].lower()
