@@ -7,9 +7,12 @@ so a server can drive it with continuous batching through ``add_request`` and
 slot is filled by moving the last one down), so a batch reads the cache as a
 slice and never gathers it.
 
-Each step decodes one token for every running request (baseline decoding);
-the step is written as forward → sample → commit so that speculative methods
-can replace the middle with propose → verify.
+Each step is the same for every method: propose (the proposer gives each
+running request a draft tree, empty for baseline decoding) → verify (one
+target forward over every request's root and draft nodes, a tree mask per
+row) → commit (the accepted path's KV is compacted into place, the accepted
+tokens and the bonus token are emitted). The engine never branches on the
+method's name.
 
 Does not know: tokenizers (it takes and gives token ids), HTTP, or benchmarks.
 """
@@ -25,8 +28,12 @@ from dataclasses import dataclass, field
 import torch
 
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import Transformer, causal_batch
-from speculab.sampling import SamplingParams, sample_rows
+from speculab.models.llama import ForwardBatch, Transformer, causal_batch
+from speculab.sampling import SamplingParams, sample_rows, target_probs
+from speculab.spec.proposer import Proposer, ProposeState
+from speculab.spec.stats import SpecStats
+from speculab.spec.tree import VerifyTree
+from speculab.spec.verify import verify_greedy, verify_sampled
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
 
@@ -43,6 +50,7 @@ class Request:
     generator: torch.Generator | None = None
     arrival_time: float = field(default_factory=time.perf_counter)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
+    stats: SpecStats = field(default_factory=SpecStats)
 
     @property
     def finished(self) -> bool:
@@ -63,13 +71,22 @@ class TokenEvent:
 
 
 class Engine:
-    def __init__(self, model: Transformer, max_batch: int = 16, max_seq_len: int | None = None, stop_ids: frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        model: Transformer,
+        max_batch: int = 16,
+        max_seq_len: int | None = None,
+        stop_ids: frozenset[int] = frozenset(),
+        proposer: Proposer | None = None,
+    ):
         if not 1 <= max_batch:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.model = model
+        self.proposer = proposer or Proposer()
         self.max_batch = max_batch
         self.max_seq_len = min(max_seq_len or 4096, model.config.sliding_window or 1 << 30, model.config.max_position_embeddings)
         self.cache: KVCache = model.new_cache(max_batch, self.max_seq_len)
+        self.proposer.bind(max_batch, self.max_seq_len, model.config)
         self.default_stop_ids = stop_ids or frozenset(model.config.eos_token_ids)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # running[i] lives in slot i
@@ -84,10 +101,12 @@ class Engine:
         vocab = self.model.config.vocab_size
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        if len(prompt_ids) + params.max_tokens > self.max_seq_len:
+        # A verify step may write every draft node past the last committed token.
+        headroom = self.proposer.max_draft_tokens + 1
+        if len(prompt_ids) + params.max_tokens + headroom > self.max_seq_len:
             raise ValueError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the engine's "
-                f"max_seq_len of {self.max_seq_len}"
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) + draft headroom ({headroom}) "
+                f"exceeds the engine's max_seq_len of {self.max_seq_len}"
             )
         stop = frozenset() if params.ignore_eos else (params.stop_token_ids if params.stop_token_ids is not None else self.default_stop_ids)
         request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator())
@@ -114,27 +133,70 @@ class Engine:
         self.cache.lengths[slot] = 0
         ids = torch.tensor([request.prompt_ids], device=self.device)
         rows = torch.tensor([slot], device=self.device)
+        features = []
         for start in range(0, ids.shape[1], PREFILL_CHUNK):
             chunk = ids[:, start : start + PREFILL_CHUNK]
             batch = causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1])
             last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
             out = self.model(chunk, batch, self.cache, logits_at=last)
             self.cache.commit(slot, start + chunk.shape[1])
+            if self.proposer.needs_features:
+                features.append(out.hidden[0])
         token = sample_rows(out.logits[:, -1], [request.params], [request.generator])[0]
+        self.proposer.admit(slot, request, torch.cat(features) if features else None)
         return self._emit(request, [token])
 
     def _decode_running(self) -> list[TokenEvent]:
+        """One propose → verify → commit step for every running request."""
         reqs = self.running
-        rows = torch.arange(len(reqs), device=self.device)
-        start = torch.tensor([self.cache.lengths[r.slot] for r in reqs], device=self.device)
-        tokens = torch.tensor([[r.output_ids[-1]] for r in reqs], device=self.device)
-        out = self.model(tokens, causal_batch(rows, start, 1), self.cache)
-        next_tokens = sample_rows(out.logits[:, -1], [r.params for r in reqs], [r.generator for r in reqs])
+        drafts = self.proposer.propose(ProposeState(reqs))
+        trees = [VerifyTree.from_draft(r.output_ids[-1], d) for r, d in zip(reqs, drafts)]
+        tokens, batch = self._verify_batch(trees)
+        out = self.model(tokens, batch, self.cache)
+        logits = out.logits  # [batch, q, vocab]
         events = []
-        for r, token in zip(reqs, next_tokens):
-            self.cache.commit(r.slot, self.cache.lengths[r.slot] + 1)
-            events.append(self._emit(r, [token]))
+        for row, (r, tree) in enumerate(zip(reqs, trees)):
+            n = len(tree)
+            if r.params.greedy:
+                verdict = verify_greedy(tree, logits[row, :n])
+            else:
+                verdict = verify_sampled(tree, target_probs(logits[row, :n], r.params), r.generator)
+            start = self.cache.lengths[r.slot]
+            self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
+            r.stats.record(n - 1, tree.max_depth, verdict.num_accepted)
+            if self.proposer.needs_features:
+                self.proposer.observe(r.slot, out.hidden[row, verdict.accepted])
+            accepted = tree.tokens[verdict.accepted[1:]].tolist()
+            events.append(self._emit(r, accepted + [verdict.bonus]))
         return events
+
+    def _verify_batch(self, trees: list[VerifyTree]) -> tuple[torch.Tensor, ForwardBatch]:
+        """Tokens [batch, q] and the forward batch verifying every row's tree after its context.
+
+        Row i's node j is written at cache position start_i + j, at RoPE position start_i + depth;
+        it sees the row's context and its own ancestors. Padding nodes (j >= len(tree)) see only
+        themselves and are never committed.
+        """
+        bsz, q = len(trees), max(map(len, trees))
+        start = torch.tensor([self.cache.lengths[r.slot] for r in self.running])
+        if q == 1:  # every draft is empty: a plain decode step
+            tokens = torch.stack([t.tokens for t in trees]).to(self.device)
+            return tokens, causal_batch(torch.arange(bsz, device=self.device), start.to(self.device), 1)
+        length = int(start.max()) + q
+        tokens = torch.zeros(bsz, q, dtype=torch.long)
+        input_pos = start[:, None] + torch.arange(q)[None, :]
+        cache_pos = input_pos.clone()
+        mask = torch.arange(length)[None, None, :] < start[:, None, None]  # [batch, 1, length]: the context
+        mask = mask.expand(bsz, q, length).clone()
+        mask[torch.arange(bsz)[:, None], torch.arange(q)[None, :], cache_pos] = True  # every node (padding included) sees itself
+        for row, tree in enumerate(trees):
+            n, s = len(tree), int(start[row])
+            tokens[row, :n] = tree.tokens
+            input_pos[row, :n] = s + tree.depth
+            mask[row, :n, s : s + n] = tree.ancestor_mask()
+        dev = self.device
+        batch = ForwardBatch(torch.arange(bsz, device=dev), input_pos.to(dev), cache_pos.to(dev), mask[:, None].to(dev), slice(0, bsz))
+        return tokens.to(dev), batch
 
     def _emit(self, request: Request, tokens: list[int]) -> TokenEvent:
         """Append tokens up to the first stop token or the token budget, and mark the request finished."""
@@ -160,11 +222,13 @@ class Engine:
                 slot += 1
                 continue
             self.running[slot].slot = None
+            self.proposer.release(slot)
             last = self.running.pop()
             if slot == len(self.running):  # the finished request was the last one
                 self.cache.free(slot)
                 continue
             self.cache.move(last.slot, slot)
+            self.proposer.move(last.slot, slot)
             last.slot = slot
             self.running[slot] = last
 

@@ -84,3 +84,41 @@ def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
         "bos_token": "<s>", "eos_token": "</s>",
         "chat_template": "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w3{% endif %}",
     }))
+
+
+def write_eagle_head(folder: Path, target_hf_config, seed: int = 0, fmt: str = "safetensors", bias: bool | None = True, own_embedding: bool = False) -> Path:
+    """An EAGLE-1 head with random weights, written in the published layout."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    c = target_hf_config
+    h, inter = c.hidden_size, c.intermediate_size
+    d = h // c.num_attention_heads
+    q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
+    rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.08  # noqa: E731
+    state = {
+        "fc.weight": rnd(h, 2 * h),
+        "layers.0.self_attn.q_proj.weight": rnd(q, h), "layers.0.self_attn.k_proj.weight": rnd(kv, h),
+        "layers.0.self_attn.v_proj.weight": rnd(kv, h), "layers.0.self_attn.o_proj.weight": rnd(h, q),
+        "layers.0.mlp.gate_proj.weight": rnd(inter, h), "layers.0.mlp.up_proj.weight": rnd(inter, h),
+        "layers.0.mlp.down_proj.weight": rnd(h, inter),
+        "layers.0.post_attention_layernorm.weight": 1 + rnd(h),
+    }
+    if bias is not False:
+        state["fc.bias"] = rnd(h)
+    if own_embedding:
+        state["embed_tokens.weight"] = rnd(c.vocab_size, h)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
+        "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads, "num_hidden_layers": 1,
+        "vocab_size": c.vocab_size, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512,
+    }
+    if bias is not None:
+        config["bias"] = bias
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    if fmt == "safetensors":
+        save_file(state, str(folder / "model.safetensors"))
+    else:
+        torch.save(state, folder / "pytorch_model.bin")
+    return folder

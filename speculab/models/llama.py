@@ -219,6 +219,8 @@ class Transformer(nn.Module):
         cos, sin = self.rope(batch.input_pos)
         group = self.config.num_heads // self.config.num_kv_heads
         mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
+        # SDPA turns a bool mask into an additive one on every call; do it once for all layers.
+        mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
         captured = {}
         for i, layer in enumerate(self.layers):
             if i in capture_layers:

@@ -1,0 +1,127 @@
+"""EAGLE-1/2 draft heads: one decoder layer fed the target's features.
+
+Knows: the published checkpoint layout, loaded as it is (config.json plus
+``pytorch_model.bin`` or ``model.safetensors``; keys ``fc.weight``,
+``fc.bias`` when config ``bias`` says so (absent key = true, as in the
+reference), ``layers.0.*`` without ``input_layernorm``, optional
+``embed_tokens.weight``), and one head step: ``h = layer(fc(cat(embed(token),
+feature)))``, whose logits come from the target's lm_head. The head reuses
+the target model file's attention and MLP, so its KV cache, positions and tree
+masks work exactly like the target's.
+
+Does not know: how drafts are grown into a tree (``spec/eagle.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from speculab.models.config import ModelConfig
+from speculab.models.kv_cache import KVCache
+from speculab.models.llama import Block, ForwardBatch, Transformer, rope_inv_freq
+from speculab.models.loading import CheckpointError, iter_tensors
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config: ModelConfig, fc_bias: bool, own_embedding: bool):
+        super().__init__()
+        self.config = config
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=fc_bias)
+        self.layer = Block(config)
+        self.layer.input_layernorm = nn.Identity()  # EAGLE's layer 0 has none
+        self.embed_tokens = nn.Embedding(config.vocab_size, h) if own_embedding else None
+        self.register_buffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling), persistent=False)
+
+    def new_cache(self, num_slots: int, max_len: int) -> KVCache:
+        c, w = self.config, self.fc.weight
+        return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        target: Transformer,
+        tokens: Tensor,  # [batch, q] the token after each feature's position
+        features: Tensor,  # [batch, q, hidden] target features (or the head's own previous outputs)
+        batch: ForwardBatch,
+        cache: KVCache,
+    ) -> tuple[Tensor, Tensor]:
+        """Returns (logits [batch, q, vocab] through the target's lm_head, hidden [batch, q, hidden])."""
+        embed = self.embed_tokens if self.embed_tokens is not None else target.embed_tokens
+        dtype = self.fc.weight.dtype
+        x = self.fc(torch.cat([embed(tokens).to(dtype), features.to(dtype)], dim=-1))
+        if batch.kv_heads_index is None:
+            batch.kv_heads_index = torch.arange(2 * self.config.num_kv_heads, device=tokens.device)[None, :, None]
+        angles = batch.input_pos[..., None].float() * self.inv_freq
+        cos = torch.cat((angles.cos(), angles.cos()), -1)[:, None].to(dtype)
+        sin = torch.cat((-angles.sin(), angles.sin()), -1)[:, None].to(dtype)
+        group = self.config.num_heads // self.config.num_kv_heads
+        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        hidden = self.layer(x, cache.layer(0), batch, cos, sin, mask)
+        return target.lm_head(hidden.to(target.dtype)), hidden
+
+
+def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> EagleHead:
+    """Load an EAGLE-1/2 head folder for ``target``; shapes are checked against the target."""
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise CheckpointError(f"{folder}: no config.json for the EAGLE head")
+    raw = json.loads(config_path.read_text())
+    raw.setdefault("model_type", "llama")
+    raw.setdefault("num_hidden_layers", 1)
+    config = ModelConfig.from_hf_dict(raw, source=str(config_path))
+    if config.vocab_size != target.config.vocab_size or config.hidden_size != target.config.hidden_size:
+        raise CheckpointError(
+            f"{config_path}: head has vocab {config.vocab_size} / hidden {config.hidden_size}, "
+            f"target has {target.config.vocab_size} / {target.config.hidden_size}"
+        )
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).exists()][:1]
+    if not files:
+        raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    tensors = {name: t for _, name, t in iter_tensors(files)}
+    h, d = config.hidden_size, config.head_dim
+    q, kv, inter = config.num_heads * d, config.num_kv_heads * d, config.intermediate_size
+    shapes = {
+        "fc.weight": (h, 2 * h),
+        "layers.0.self_attn.q_proj.weight": (q, h), "layers.0.self_attn.k_proj.weight": (kv, h),
+        "layers.0.self_attn.v_proj.weight": (kv, h), "layers.0.self_attn.o_proj.weight": (h, q),
+        "layers.0.mlp.gate_proj.weight": (inter, h), "layers.0.mlp.up_proj.weight": (inter, h),
+        "layers.0.mlp.down_proj.weight": (h, inter), "layers.0.post_attention_layernorm.weight": (h,),
+    }
+    fc_bias = raw.get("bias", True)
+    if fc_bias:
+        shapes["fc.bias"] = (h,)
+    if "embed_tokens.weight" in tensors:
+        shapes["embed_tokens.weight"] = (config.vocab_size, h)
+    for name, shape in shapes.items():
+        if name not in tensors:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} is missing")
+        if tuple(tensors[name].shape) != shape:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} has shape {tuple(tensors[name].shape)}, expected {shape}")
+    dtype = dtype or target.dtype
+    t = {k: v.to(dtype) for k, v in tensors.items() if k in shapes}
+    p = "layers.0."
+    state = {
+        "fc.weight": t["fc.weight"],
+        "layer.self_attn.qkv_proj.weight": torch.cat([t[p + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
+        "layer.self_attn.o_proj.weight": t[p + "self_attn.o_proj.weight"],
+        "layer.mlp.gate_up_proj.weight": torch.cat([t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"]]),
+        "layer.mlp.down_proj.weight": t[p + "mlp.down_proj.weight"],
+        "layer.post_attention_layernorm.weight": t[p + "post_attention_layernorm.weight"],
+    }
+    if fc_bias:
+        state["fc.bias"] = t["fc.bias"]
+    if "embed_tokens.weight" in t:
+        state["embed_tokens.weight"] = t["embed_tokens.weight"]
+    with torch.device("meta"):
+        head = EagleHead(config, fc_bias, "embed_tokens.weight" in t)
+    head.load_state_dict(state, assign=True, strict=True)
+    head.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+    device = target.norm.weight.device
+    return head.to(device).eval().requires_grad_(False)

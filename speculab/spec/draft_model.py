@@ -1,0 +1,131 @@
+"""Draft-model proposer: a standalone small Llama-family model that shares the target's vocabulary.
+
+Knows: its own model and its own KV cache (one slot per engine slot), the
+tokens each slot's cache holds, and how to catch up after a verify step: it
+rolls its cache back to the longest prefix still true of the request's
+sequence and feeds the rest (the accepted tokens and the bonus token) in one
+batched forward before drafting ``num_speculative_tokens`` tokens as a chain.
+Greedy requests get argmax drafts; sampled requests get drafts sampled from
+the draft model's distribution under the request's own sampling parameters,
+returned with those probabilities so verification stays lossless.
+
+Does not know: the target model, or what verification keeps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from speculab.models.config import ModelConfig
+from speculab.models.llama import Transformer, causal_batch
+from speculab.sampling import target_probs
+from speculab.spec.proposer import Proposer, ProposeState, register
+from speculab.spec.tree import Draft
+
+PREFILL_CHUNK = 512
+
+
+class VocabularyMismatchError(ValueError):
+    """Proposer and target disagree on the vocabulary."""
+
+
+@register("draft")
+class DraftModelProposer(Proposer):
+    name = "draft"
+
+    def __init__(self, model: Transformer, num_speculative_tokens: int = 4):
+        if num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be at least 1")
+        self.model = model
+        self.k = self.max_draft_tokens = num_speculative_tokens
+        self.device = model.norm.weight.device
+
+    def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
+        if self.model.config.vocab_size != target.vocab_size:
+            raise VocabularyMismatchError(
+                f"draft model vocab_size {self.model.config.vocab_size} != target vocab_size {target.vocab_size}: "
+                "a draft model must share the target's tokenizer"
+            )
+        self.cache = self.model.new_cache(num_slots, max_seq_len + self.k + 2)
+        self.synced = [0] * num_slots  # leading tokens of the request's sequence held by the cache
+        self.pending: list[list[int]] = [[] for _ in range(num_slots)]  # draft tokens fed after those
+        self.generators: list[torch.Generator | None] = [None] * num_slots
+
+    # -- slots ------------------------------------------------------------------
+    def admit(self, slot: int, request, features=None) -> None:
+        ids = torch.tensor([request.prompt_ids], device=self.device)
+        self.cache.lengths[slot] = 0
+        rows = torch.tensor([slot], device=self.device)
+        for start in range(0, ids.shape[1], PREFILL_CHUNK):
+            chunk = ids[:, start : start + PREFILL_CHUNK]
+            last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
+            self.model(chunk, causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1]), self.cache, logits_at=last)
+        self.cache.commit(slot, ids.shape[1])
+        self.synced[slot], self.pending[slot] = ids.shape[1], []
+        seed = request.params.seed
+        self.generators[slot] = None if request.params.greedy else torch.Generator().manual_seed((seed or 0) + 0x5EED)
+
+    def move(self, src: int, dst: int) -> None:
+        self.cache.move(src, dst)
+        self.synced[dst], self.pending[dst], self.generators[dst] = self.synced[src], self.pending[src], self.generators[src]
+        self.release(src)
+
+    def release(self, slot: int) -> None:
+        self.cache.free(slot)
+        self.synced[slot], self.pending[slot], self.generators[slot] = 0, [], None
+
+    # -- drafting -----------------------------------------------------------------
+    def _catch_up(self, slot: int, sequence: list[int]) -> list[int]:
+        """Roll the slot's cache back to what is still true and return the tokens to feed."""
+        synced, pending = self.synced[slot], self.pending[slot]
+        true_pending = 0
+        while true_pending < len(pending) and synced + true_pending < len(sequence) and pending[true_pending] == sequence[synced + true_pending]:
+            true_pending += 1
+        keep = min(synced + true_pending, len(sequence) - 1)  # feed at least one token to get logits
+        self.cache.keep_prefix(slot, keep)
+        self.synced[slot], self.pending[slot] = len(sequence), []
+        return sequence[keep:]
+
+    def _pick(self, logits: torch.Tensor, requests, slots: list[int]) -> tuple[list[int], list[torch.Tensor | None]]:
+        """One draft token per row: argmax for greedy requests, a sample (with its distribution) otherwise."""
+        tokens, probs = logits.argmax(-1).tolist(), []
+        for row, r in enumerate(requests):
+            if r.params.greedy:
+                probs.append(None)
+                continue
+            p = target_probs(logits[row : row + 1], r.params)[0]
+            tokens[row] = int(torch.multinomial(p, 1, generator=self.generators[slots[row]]))
+            probs.append(p)
+        return tokens, probs
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        reqs = state.requests
+        slots = [r.slot for r in reqs]
+        tails = [self._catch_up(slot, r.prompt_ids + r.output_ids) for slot, r in zip(slots, reqs)]
+        rows = torch.tensor(slots, device=self.device)
+        start = torch.tensor([self.cache.lengths[s] for s in slots], device=self.device)
+        width = max(map(len, tails))
+        tokens = torch.tensor([t + [0] * (width - len(t)) for t in tails], device=self.device)
+        last = torch.tensor([[len(t) - 1] for t in tails], device=self.device)
+        logits = self.model(tokens, causal_batch(rows, start, width), self.cache, logits_at=last).logits[:, 0]
+        lengths = start + torch.tensor([len(t) for t in tails], device=self.device)
+        drafted: list[list[int]] = [[] for _ in reqs]
+        dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
+        for step in range(self.k):
+            picked, probs = self._pick(logits, reqs, slots)
+            for row in range(len(reqs)):
+                drafted[row].append(picked[row])
+                dists[row].append(probs[row])
+            if step == self.k - 1:
+                break
+            feed = torch.tensor(picked, device=self.device)[:, None]
+            logits = self.model(feed, causal_batch(rows, lengths, 1), self.cache).logits[:, 0]
+            lengths = lengths + 1
+            for row, slot in enumerate(slots):
+                self.pending[slot].append(picked[row])
+        for row, slot in enumerate(slots):
+            self.cache.commit(slot, int(lengths[row]))
+        return [
+            Draft.chain(tokens_, None if d[0] is None else torch.stack(d))
+            for tokens_, d in zip(drafted, dists)
+        ]

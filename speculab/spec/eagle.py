@@ -1,0 +1,164 @@
+"""EAGLE-2 proposer: an EAGLE-1 head grown into a dynamic draft tree.
+
+Knows: the head's own one-layer KV cache (one slot per engine slot), where
+entry j holds the pair (token j+1, target feature j) at RoPE position j, and
+the features the target produced for accepted tokens (given by the engine
+through ``admit`` and ``observe``). Each ``propose``:
+
+1. catch up: feed the new (token, feature) pairs; the last one's logits give
+   the root's ``topk`` children, scored by log-probability;
+2. expand ``num_steps - 1`` times: run the head on the ``topk`` frontier
+   nodes (each sees the committed entries, its ancestors and itself), give
+   every node ``topk`` children with cumulative score parent + log p, and
+   keep the global best ``topk`` children as the next frontier;
+3. rerank: keep the best ``num_draft_tokens - 1`` nodes of all depths, in a
+   stable (score, creation) order, so a parent (score >= child's, created
+   earlier) is always kept before its children, ties included.
+
+``topk=1`` gives a chain. Parameter names follow SGLang (``num_steps``,
+``topk``, ``num_draft_tokens``; the tree's root is counted in
+``num_draft_tokens``). Drafts are deterministic, so verification treats q as
+a point mass. Tree nodes' head KV is discarded after each propose.
+
+Does not know: verification, or the target's cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from speculab.models.config import ModelConfig
+from speculab.models.eagle_head import EagleHead
+from speculab.models.llama import ForwardBatch, Transformer, causal_batch
+from speculab.spec.draft_model import VocabularyMismatchError
+from speculab.spec.proposer import Proposer, ProposeState, register
+from speculab.spec.tree import Draft
+
+
+@register("eagle")
+class EagleProposer(Proposer):
+    name = "eagle"
+    needs_features = True
+
+    def __init__(self, head: EagleHead, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16):
+        if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
+            raise ValueError("need num_steps >= 1, topk >= 1 and num_draft_tokens >= 2")
+        self.head, self.target = head, target
+        self.num_steps, self.topk = num_steps, topk
+        most_nodes = topk + (num_steps - 1) * topk * topk
+        self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
+        self.device = target.norm.weight.device
+
+    def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
+        if self.head.config.vocab_size != target.vocab_size:
+            raise VocabularyMismatchError(f"EAGLE head vocab_size {self.head.config.vocab_size} != target vocab_size {target.vocab_size}")
+        tree_room = self.topk * max(1, self.num_steps - 1)
+        self.cache = self.head.new_cache(num_slots, max_seq_len + tree_room + self.max_draft_tokens + 2)
+        self.features: list[list[Tensor]] = [[] for _ in range(num_slots)]  # target features not yet fed
+
+    # -- slots ------------------------------------------------------------------
+    def admit(self, slot: int, request, features: Tensor | None = None) -> None:
+        self.cache.lengths[slot] = 0
+        self.features[slot] = [features]
+
+    def observe(self, slot: int, features: Tensor) -> None:
+        self.features[slot].append(features)
+
+    def move(self, src: int, dst: int) -> None:
+        self.cache.move(src, dst)
+        self.features[dst], self.features[src] = self.features[src], []
+
+    def release(self, slot: int) -> None:
+        self.cache.free(slot)
+        self.features[slot] = []
+
+    # -- drafting -----------------------------------------------------------------
+    def _catch_up(self, reqs, slots) -> tuple[Tensor, Tensor]:
+        """Feed each slot's new (token, feature) pairs; returns the last pair's logits [B, V] and hidden [B, H]."""
+        pairs = []
+        for slot, r in zip(slots, reqs):
+            feats = torch.cat(self.features[slot])
+            self.features[slot] = []
+            seq = r.prompt_ids + r.output_ids
+            m = self.cache.lengths[slot]
+            pairs.append((seq[m + 1 : m + 1 + feats.shape[0]], feats))
+        width = max(len(toks) for toks, _ in pairs)
+        hidden_size = self.head.config.hidden_size
+        tokens = torch.zeros(len(pairs), width, dtype=torch.long)
+        feats = torch.zeros(len(pairs), width, hidden_size, dtype=pairs[0][1].dtype)
+        for row, (toks, f) in enumerate(pairs):
+            tokens[row, : len(toks)] = torch.tensor(toks)
+            feats[row, : len(toks)] = f
+        start = torch.tensor([self.cache.lengths[s] for s in slots])
+        rows = torch.tensor(slots)
+        logits, hidden = self.head(self.target, tokens.to(self.device), feats.to(self.device), causal_batch(rows, start, width), self.cache)
+        last = torch.tensor([len(toks) - 1 for toks, _ in pairs])
+        for slot, (toks, _) in zip(slots, pairs):
+            self.cache.commit(slot, self.cache.lengths[slot] + len(toks))
+        index = torch.arange(len(pairs))
+        return logits[index, last].float(), hidden[index, last]
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        reqs = state.requests
+        slots = [r.slot for r in reqs]
+        bsz, k = len(reqs), self.topk
+        root_logits, root_hidden = self._catch_up(reqs, slots)
+        committed = torch.tensor([self.cache.lengths[s] for s in slots])
+        logp = root_logits.log_softmax(-1)
+        scores, tokens = logp.topk(k, dim=-1)  # [B, k] depth-1 nodes
+        cand_tokens, cand_scores = [tokens], [scores]
+        cand_parents = [torch.full((bsz, k), -1, dtype=torch.long)]
+        frontier_index = torch.arange(k).expand(bsz, k)  # candidate index of each frontier node
+        frontier_features = root_hidden[:, None, :].expand(bsz, k, -1)
+        ancestors: list[Tensor] = []  # cache slots of each frontier node's ancestors, one [B, k] per level
+        n_cands = k
+        for depth in range(1, self.num_steps):
+            slots_now = committed[:, None] + (depth - 1) * k + torch.arange(k)[None, :]  # [B, k]
+            mask = self._tree_mask(committed, ancestors, slots_now)
+            positions = (committed[:, None] + depth - 1).expand(bsz, k)
+            batch = ForwardBatch(torch.tensor(slots), positions, slots_now, mask, slice(slots[0], slots[0] + bsz))
+            logits, hidden = self.head(self.target, tokens.to(self.device), frontier_features.to(self.device), batch, self.cache)
+            child_logp, child_tokens = logits.float().log_softmax(-1).topk(k, dim=-1)  # [B, k, k]
+            child_scores = (scores[:, :, None] + child_logp).reshape(bsz, k * k)
+            child_tokens = child_tokens.reshape(bsz, k * k)
+            child_parents = frontier_index[:, :, None].expand(bsz, k, k).reshape(bsz, k * k)
+            cand_tokens.append(child_tokens)
+            cand_scores.append(child_scores)
+            cand_parents.append(child_parents)
+            scores, best = child_scores.topk(k, dim=-1)  # next frontier among the children
+            parent_pos = best // k  # which frontier node each came from
+            tokens = child_tokens.gather(1, best)
+            frontier_index = n_cands + best
+            frontier_features = hidden.gather(1, parent_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))
+            ancestors = [a.gather(1, parent_pos) for a in ancestors] + [slots_now.gather(1, parent_pos)]
+            n_cands += k * k
+        # The tree's head KV lies past each slot's committed length: the next catch-up overwrites it.
+        return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1))
+
+    def _tree_mask(self, committed: Tensor, ancestors: list[Tensor], slots_now: Tensor) -> Tensor:
+        """[B, 1, k, length]: committed entries, the node's ancestors, and itself."""
+        bsz, k = slots_now.shape
+        length = int(slots_now.max()) + 1
+        mask = (torch.arange(length)[None, None, :] < committed[:, None, None]).expand(bsz, k, length).clone()
+        rows = torch.arange(bsz)[:, None]
+        cols = torch.arange(k)[None, :]
+        for level in [*ancestors, slots_now]:
+            mask[rows, cols, level] = True
+        return mask[:, None].to(self.device)
+
+    def _rerank(self, tokens: Tensor, scores: Tensor, parents: Tensor) -> list[Draft]:
+        """Keep the best max_draft_tokens candidates per row, parents before children."""
+        drafts = []
+        keep = min(self.max_draft_tokens, tokens.shape[1])
+        for row in range(tokens.shape[0]):
+            order = torch.sort(-scores[row], stable=True).indices[:keep]
+            chosen = order.sort().values  # creation order: parents first
+            new_index = torch.full((tokens.shape[1] + 1,), -1, dtype=torch.long)
+            new_index[chosen] = torch.arange(keep)
+            old_parents = parents[row, chosen]
+            new_parents = torch.where(old_parents >= 0, new_index[old_parents.clamp(min=0)], -1)
+            if bool((new_parents[old_parents >= 0] < 0).any()):  # an unkept parent: cannot happen with the stable order
+                raise AssertionError("EAGLE rerank kept a node without its parent")
+            drafts.append(Draft(tokens[row, chosen], new_parents))
+        return drafts

@@ -1,0 +1,82 @@
+"""The proposer interface and registry.
+
+A proposer turns the running requests into one :class:`Draft` each
+(``propose``). Proposers with state of their own (a draft model's KV cache)
+follow the engine's slots through ``admit`` / ``move`` / ``release``. The
+engine knows proposers only through this interface and the registry, never by
+method name.
+
+Does not know: verification (``verify.py``) or the target's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from speculab.spec.tree import Draft
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from speculab.engine import Request
+    from speculab.models.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class ProposeState:
+    """What a proposer may read: the running requests, row i in slot i."""
+
+    requests: list["Request"]
+
+
+class Proposer:
+    """Base proposer: proposes nothing, which is plain (baseline) decoding."""
+
+    name = "baseline"
+    max_draft_tokens = 0  # the most draft nodes a single propose() returns per request
+    needs_features = False  # True when it reads the target's hidden states (EAGLE)
+
+    def bind(self, num_slots: int, max_seq_len: int, target: "ModelConfig") -> None:
+        """Called once by the engine: its slot count, sequence limit and the target's config."""
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        return [Draft.empty() for _ in state.requests]
+
+    def admit(self, slot: int, request: "Request", features: "Tensor | None" = None) -> None:
+        """A request entered ``slot``; features: [prompt_len, hidden] the target's prefill hidden states."""
+
+    def observe(self, slot: int, features: "Tensor") -> None:
+        """features: [accepted + 1, hidden] the target's hidden states at the kept path (root first)."""
+
+    def move(self, src: int, dst: int) -> None:
+        """The request in ``src`` now lives in ``dst``."""
+
+    def release(self, slot: int) -> None:
+        """The request in ``slot`` left."""
+
+
+PROPOSERS: dict[str, Callable[..., Proposer]] = {}
+
+
+def register(name: str) -> Callable:
+    def wrap(factory: Callable[..., Proposer]) -> Callable[..., Proposer]:
+        PROPOSERS[name] = factory
+        return factory
+
+    return wrap
+
+
+def make_proposer(name: str, **options: Any) -> Proposer:
+    """Build a registered proposer; unknown names and options are clear errors."""
+    import speculab.spec.draft_model  # noqa: F401  (registration side effects)
+    import speculab.spec.eagle  # noqa: F401
+    import speculab.spec.ngram  # noqa: F401
+
+    if name not in PROPOSERS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(PROPOSERS))}")
+    return PROPOSERS[name](**options)
+
+
+register("baseline")(Proposer)

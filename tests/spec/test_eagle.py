@@ -1,0 +1,76 @@
+"""EAGLE-2: published checkpoint layout, dynamic tree, greedy identity with the baseline."""
+
+import pytest
+import torch
+
+from speculab.engine import Engine
+from speculab.models.eagle_head import load_eagle_head
+from speculab.models.loading import CheckpointError
+from speculab.sampling import SamplingParams
+from speculab.spec.proposer import make_proposer
+from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle_head
+
+PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def hf_target():
+    return tiny_hf_model("llama", seed=3)
+
+
+@pytest.fixture(scope="module")
+def target(hf_target):
+    return speculab_from_hf(hf_target)
+
+
+def prompts_of(lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]
+
+
+@pytest.mark.parametrize("fmt,bias,own_embedding", [("safetensors", True, False), ("bin", None, True), ("safetensors", False, False)])
+def test_published_layout_loads(tmp_path, hf_target, target, fmt, bias, own_embedding):
+    write_eagle_head(tmp_path, hf_target.config, fmt=fmt, bias=bias, own_embedding=own_embedding)
+    head = load_eagle_head(tmp_path, target)
+    assert (head.fc.bias is not None) == (bias is not False)  # an absent 'bias' key means bias, as in the reference
+    assert (head.embed_tokens is not None) == own_embedding
+
+
+def test_wrong_shape_is_named(tmp_path, hf_target, target):
+    from safetensors.torch import load_file, save_file
+
+    write_eagle_head(tmp_path, hf_target.config)
+    state = load_file(tmp_path / "model.safetensors")
+    state["fc.weight"] = state["fc.weight"][:, :10].contiguous()
+    save_file(state, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match="'fc.weight' has shape"):
+        load_eagle_head(tmp_path, target)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("topk,num_steps,num_draft_tokens", [(1, 4, 5), (3, 3, 8), (4, 5, 16)])
+def test_greedy_identical_to_baseline(tmp_path, hf_target, target, batch, topk, num_steps, num_draft_tokens):
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    prompts = prompts_of([4 + (5 * i) % 13 for i in range(batch)], seed=batch)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens)
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    for r in spec:
+        assert r.stats.draft_tokens > 0
+        assert r.stats.drafted_depth <= r.stats.steps * num_steps
+
+
+def test_tree_parents_precede_children_and_respect_budget(tmp_path, hf_target, target):
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=4, topk=3, num_draft_tokens=10)
+    engine = Engine(target, max_batch=2, max_seq_len=128, proposer=proposer)
+    for p in prompts_of([6, 9], seed=1):
+        engine.add_request(p, PARAMS)
+    engine.step()  # prefill both
+    from speculab.spec.proposer import ProposeState
+
+    drafts = proposer.propose(ProposeState(engine.running))
+    for d in drafts:
+        assert len(d) == 9
+        assert bool((d.parents < torch.arange(len(d))).all())

@@ -1,0 +1,97 @@
+"""Every method reproduces the baseline's greedy tokens exactly (fp32 tiny models), batched and ragged."""
+
+import pytest
+import torch
+
+from speculab.engine import Engine
+from speculab.sampling import SamplingParams
+from speculab.spec.draft_model import VocabularyMismatchError
+from speculab.spec.proposer import make_proposer
+from tests.helpers import tiny_model
+
+PARAMS = SamplingParams(max_tokens=20, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(seed=3)
+
+
+@pytest.fixture(scope="module")
+def other_draft():
+    return tiny_model(seed=11)
+
+
+def repetitive_prompts(batch, seed):
+    """Prompts with repeated spans, so prompt lookup finds matches; ragged lengths."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    for i in range(batch):
+        span = torch.randint(3, 256, (4 + i % 5,), generator=g).tolist()
+        noise = torch.randint(3, 256, (1 + (7 * i) % 11,), generator=g).tolist()
+        prompts.append(noise + span * 3 + noise[:2])
+    return prompts
+
+
+def baseline(target, prompts, params=PARAMS):
+    return [r.output_ids for r in Engine(target, max_batch=len(prompts), max_seq_len=256).generate(prompts, params)]
+
+
+def speculative(target, prompts, proposer, params=PARAMS):
+    engine = Engine(target, max_batch=len(prompts), max_seq_len=256, proposer=proposer)
+    return engine.generate(prompts, params)
+
+
+METHODS = {
+    "ngram": lambda target, other: make_proposer("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3),
+    "draft-other": lambda target, other: make_proposer("draft", model=other, num_speculative_tokens=3),
+    "draft-self": lambda target, other: make_proposer("draft", model=target, num_speculative_tokens=4),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_greedy_output_identical_to_baseline(target, other_draft, method, batch):
+    prompts = repetitive_prompts(batch, seed=batch)
+    requests = speculative(target, prompts, METHODS[method](target, other_draft), PARAMS)
+    assert [r.output_ids for r in requests] == baseline(target, prompts)
+    steps = sum(r.stats.steps for r in requests)
+    assert steps > 0
+
+
+def test_self_draft_accepts_everything(target):
+    """The target drafting for itself is always right: τ = k + 1 on every full step."""
+    prompts = repetitive_prompts(3, seed=0)
+    requests = speculative(target, prompts, make_proposer("draft", model=target, num_speculative_tokens=4))
+    for r in requests:
+        assert r.stats.accepted_tokens == r.stats.drafted_depth
+        assert r.stats.acceptance_rate == 1.0
+        assert r.stats.mean_acceptance_length > 4.0  # 5 per step except the budget-truncated last ones
+
+
+def test_ngram_accepts_on_copying_model(target):
+    """n-gram drafts must be accepted where the output repeats its context (it does for repetitive prompts)."""
+    prompts = repetitive_prompts(8, seed=8)
+    requests = speculative(target, prompts, make_proposer("ngram", num_speculative_tokens=4))
+    total = sum(r.stats.draft_tokens for r in requests)
+    assert total > 0
+
+
+def test_seeded_sampling_runs_and_respects_budget(target, other_draft):
+    prompts = repetitive_prompts(3, seed=5)
+    params = [SamplingParams(max_tokens=15, temperature=0.8, seed=s, ignore_eos=True) for s in range(3)]
+    a = speculative(target, prompts, make_proposer("draft", model=other_draft, num_speculative_tokens=3), params)
+    b = speculative(target, prompts, make_proposer("draft", model=other_draft, num_speculative_tokens=3), params)
+    assert [r.output_ids for r in a] == [r.output_ids for r in b]
+    assert all(len(r.output_ids) == 15 for r in a)
+
+
+def test_vocabulary_mismatch_is_a_clear_error(target):
+    small_vocab = tiny_model(seed=1, vocab_size=128)
+    with pytest.raises(VocabularyMismatchError, match="vocab_size 128"):
+        Engine(target, max_batch=1, max_seq_len=64, proposer=make_proposer("draft", model=small_vocab))
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown method 'medusa'"):
+        make_proposer("medusa")
