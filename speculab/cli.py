@@ -23,8 +23,60 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def build_proposer(args: argparse.Namespace, loaded):
+    """The proposer named by --method, built from its own flags."""
+    from speculab.models.eagle3_head import load_eagle3_head
+    from speculab.models.eagle_head import load_eagle_head
+    from speculab.models.loading import load_model
+    from speculab.models.tokenizer import Tokenizer
+    from speculab.runtime import DTYPES
+    from speculab.spec.proposer import make_proposer
+
+    def need(flag: str, value):
+        if value is None:
+            raise ValueError(f"--method {args.method} needs {flag}")
+        return value
+
+    def draft_model():
+        path = need("--draft PATH", args.draft)
+        if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
+            raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
+        return load_model(path, DTYPES[loaded.dtype], loaded.device)
+
+    options = {
+        "baseline": lambda: {},
+        "ngram": lambda: dict(num_speculative_tokens=args.num_speculative_tokens, prompt_lookup_min=args.prompt_lookup_min,
+                              prompt_lookup_max=args.prompt_lookup_max),
+        "draft": lambda: dict(model=draft_model(), num_speculative_tokens=args.num_speculative_tokens),
+        "eagle": lambda: dict(head=load_eagle_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
+                              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
+        "eagle3": lambda: dict(head=load_eagle3_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
+                               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
+    }
+    if args.method not in options:
+        raise ValueError(f"--method {args.method} is not available yet; choose one of {', '.join(options)}")
+    return make_proposer(args.method, **options[args.method]())
+
+
+def _run_once(loaded, prompt_ids, params, proposer, on_token=None):
     from speculab.engine import Engine
+
+    headroom = proposer.max_draft_tokens + 2 if proposer else 1
+    engine = Engine(loaded.model, max_batch=1, max_seq_len=len(prompt_ids) + params.max_tokens + headroom,
+                    stop_ids=loaded.tokenizer.stop_ids, proposer=proposer)
+    start = time.perf_counter()
+    (request,) = engine.generate([prompt_ids], params, on_token=on_token)
+    return request, time.perf_counter() - start
+
+
+def _decode_rate(request) -> float | None:
+    n = len(request.output_ids)
+    span = request.token_times[-1] - request.token_times[0] if n > 1 else 0.0
+    return (n - 1) / span if span > 0 else None
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from speculab.bench.compare import agreement
     from speculab.runtime import load
     from speculab.sampling import SamplingParams
 
@@ -34,28 +86,37 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos
     )
-    engine = Engine(loaded.model, max_batch=1, max_seq_len=len(prompt_ids) + args.max_tokens + 1, stop_ids=tok.stop_ids)
-    start = time.perf_counter()
-    (request,) = engine.generate([prompt_ids], params, on_token=None if args.json else _printer(tok.stream_decoder()))
-    end = time.perf_counter()
+    proposer = build_proposer(args, loaded)
+    baseline = _run_once(loaded, prompt_ids, params, None)[0] if args.compare_baseline else None
+    request, total = _run_once(loaded, prompt_ids, params, proposer, None if args.json else _printer(tok.stream_decoder()))
     if not args.json:
         print(flush=True)
         return 0
-    n = len(request.output_ids)
-    decode_s = request.token_times[-1] - request.token_times[0] if n > 1 else 0.0
+    stats = request.stats
     result = {
         "text": tok.decode(request.output_ids),
-        "num_tokens": n,
+        "num_tokens": len(request.output_ids),
         "prompt_tokens": len(prompt_ids),
-        "tokens_per_s": (n - 1) / decode_s if decode_s > 0 else None,
+        "tokens_per_s": _decode_rate(request),
         "ttft_s": request.ttft,
-        "total_s": end - start,
+        "total_s": total,
         "finish_reason": request.finish_reason,
-        "method": "baseline",
+        "method": args.method,
+        "mean_acceptance_length": stats.mean_acceptance_length,
+        "acceptance_rate": stats.acceptance_rate,
+        "spec_stats": stats.as_dict(),
         "dtype": loaded.dtype,
         "device": loaded.device,
         "model": str(loaded.path),
     }
+    if baseline is not None:
+        base_rate = _decode_rate(baseline)
+        result |= {
+            "identical": baseline.output_ids == request.output_ids,
+            "agreement": agreement(baseline.output_ids, request.output_ids),
+            "baseline_tokens_per_s": base_rate,
+            "speedup": result["tokens_per_s"] / base_rate if base_rate and result["tokens_per_s"] else None,
+        }
     print(json.dumps(result))
     return 0
 
@@ -101,6 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's stop tokens")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last stdout line")
+    g.add_argument("--method", default="baseline", choices=["baseline", "draft", "eagle", "eagle3", "ngram"])
+    g.add_argument("--draft", default=None, help="draft model checkpoint folder (--method draft)")
+    g.add_argument("--eagle", default=None, help="EAGLE head folder (--method eagle or eagle3)")
+    g.add_argument("--num-steps", type=int, default=5, help="EAGLE tree depth")
+    g.add_argument("--topk", type=int, default=4, help="EAGLE branching per expanded node")
+    g.add_argument("--num-draft-tokens", type=int, default=16, help="EAGLE tree size, root included")
+    g.add_argument("--num-speculative-tokens", type=int, default=4, help="draft/ngram chain length")
+    g.add_argument("--prompt-lookup-min", type=int, default=1)
+    g.add_argument("--prompt-lookup-max", type=int, default=4)
+    g.add_argument("--compare-baseline", action="store_true", help="also run plain decoding; report identical, agreement, speedup")
     _add_model_args(g)
     g.set_defaults(func=cmd_generate)
 

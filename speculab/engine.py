@@ -138,10 +138,10 @@ class Engine:
             chunk = ids[:, start : start + PREFILL_CHUNK]
             batch = causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1])
             last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
-            out = self.model(chunk, batch, self.cache, logits_at=last)
+            out = self.model(chunk, batch, self.cache, logits_at=last, capture_layers=self.proposer.feature_layers)
             self.cache.commit(slot, start + chunk.shape[1])
             if self.proposer.needs_features:
-                features.append(out.hidden[0])
+                features.append(self._features(out)[0])
         token = sample_rows(out.logits[:, -1], [request.params], [request.generator])[0]
         self.proposer.admit(slot, request, torch.cat(features) if features else None)
         return self._emit(request, [token])
@@ -152,8 +152,9 @@ class Engine:
         drafts = self.proposer.propose(ProposeState(reqs))
         trees = [VerifyTree.from_draft(r.output_ids[-1], d) for r, d in zip(reqs, drafts)]
         tokens, batch = self._verify_batch(trees)
-        out = self.model(tokens, batch, self.cache)
+        out = self.model(tokens, batch, self.cache, capture_layers=self.proposer.feature_layers)
         logits = out.logits  # [batch, q, vocab]
+        features = self._features(out) if self.proposer.needs_features else None
         events = []
         for row, (r, tree) in enumerate(zip(reqs, trees)):
             n = len(tree)
@@ -165,10 +166,15 @@ class Engine:
             self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
             r.stats.record(n - 1, tree.max_depth, verdict.num_accepted)
             if self.proposer.needs_features:
-                self.proposer.observe(r.slot, out.hidden[row, verdict.accepted])
+                self.proposer.observe(r.slot, features[row, verdict.accepted])
             accepted = tree.tokens[verdict.accepted[1:]].tolist()
             events.append(self._emit(r, accepted + [verdict.bonus]))
         return events
+
+    def _features(self, out) -> torch.Tensor:
+        """[batch, q, width]: the final hidden states, or the proposer's chosen layers' inputs side by side."""
+        layers = self.proposer.feature_layers
+        return torch.cat([out.captured[i] for i in layers], dim=-1) if layers else out.hidden
 
     def _verify_batch(self, trees: list[VerifyTree]) -> tuple[torch.Tensor, ForwardBatch]:
         """Tokens [batch, q] and the forward batch verifying every row's tree after its context.

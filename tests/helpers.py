@@ -122,3 +122,37 @@ def write_eagle_head(folder: Path, target_hf_config, seed: int = 0, fmt: str = "
     else:
         torch.save(state, folder / "pytorch_model.bin")
     return folder
+
+
+def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab: int = 128) -> Path:
+    """An EAGLE-3 head with random weights in the published layout; the draft vocabulary is every other token."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    c = target_hf_config
+    h, inter, vocab = c.hidden_size, c.intermediate_size, c.vocab_size
+    d = h // c.num_attention_heads
+    q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
+    rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.08  # noqa: E731
+    draft_ids = torch.arange(0, 2 * draft_vocab, 2)  # target ids of the draft vocabulary
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[draft_ids] = True
+    m = "midlayer."
+    state = {
+        "fc.weight": rnd(h, 3 * h), "norm.weight": 1 + rnd(h), "lm_head.weight": rnd(draft_vocab, h),
+        "d2t": draft_ids - torch.arange(draft_vocab), "t2d": t2d,
+        m + "hidden_norm.weight": 1 + rnd(h), m + "input_layernorm.weight": 1 + rnd(h), m + "post_attention_layernorm.weight": 1 + rnd(h),
+        m + "self_attn.q_proj.weight": rnd(q, 2 * h), m + "self_attn.k_proj.weight": rnd(kv, 2 * h),
+        m + "self_attn.v_proj.weight": rnd(kv, 2 * h), m + "self_attn.o_proj.weight": rnd(h, q),
+        m + "mlp.gate_proj.weight": rnd(inter, h), m + "mlp.up_proj.weight": rnd(inter, h), m + "mlp.down_proj.weight": rnd(h, inter),
+    }
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
+        "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads, "num_hidden_layers": 1,
+        "vocab_size": vocab, "draft_vocab_size": draft_vocab, "target_hidden_size": h, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "max_position_embeddings": 512,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(state, str(folder / "model.safetensors"))
+    return folder

@@ -41,3 +41,31 @@ def test_generate_embedded_model_subprocess():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["num_tokens"] > 0 and result["tokens_per_s"] > 0
     assert "def" in result["text"] or "reverse" in result["text"].lower()
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("ngram", []), ("draft", ["--draft", "SELF"]),
+    ("eagle", ["--eagle", "HEAD", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
+    ("eagle3", ["--eagle", "HEAD3", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
+])
+def test_generate_speculative_compare_baseline_fp32_is_identical(tmp_path, capsys, method, extra):
+    from tests.helpers import tiny_hf_model, write_eagle3_head, write_eagle_head
+
+    save_tiny_checkpoint(tmp_path / "target")
+    write_eagle_head(tmp_path / "head", tiny_hf_model().config)
+    write_eagle3_head(tmp_path / "head3", tiny_hf_model().config)
+    paths = {"SELF": tmp_path / "target", "HEAD": tmp_path / "head", "HEAD3": tmp_path / "head3"}
+    extra = [str(paths[e]) if e in paths else e for e in extra]
+    code = main(["generate", "--model", str(tmp_path / "target"), "--prompt", "w5 w9 w11 w5 w9", "--max-tokens", "12", "--ignore-eos",
+                 "--json", "--dtype", "float32", "--method", method, "--compare-baseline", *extra])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["identical"] is True and result["agreement"] == 1.0
+    assert result["mean_acceptance_length"] >= 1.0 and result["speedup"] > 0
+    assert result["method"] == method and result["num_tokens"] == 12
+
+
+def test_generate_method_needs_its_checkpoint(tmp_path, capsys):
+    save_tiny_checkpoint(tmp_path)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--method", "eagle"]) == 2
+    assert "--eagle PATH" in capsys.readouterr().err

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from speculab.models.config import ModelConfig
-from speculab.models.eagle_head import EagleHead
+from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.spec.draft_model import VocabularyMismatchError
 from speculab.spec.proposer import Proposer, ProposeState, register
@@ -84,9 +84,9 @@ class EagleProposer(Proposer):
             m = self.cache.lengths[slot]
             pairs.append((seq[m + 1 : m + 1 + feats.shape[0]], feats))
         width = max(len(toks) for toks, _ in pairs)
-        hidden_size = self.head.config.hidden_size
+        feature_width = pairs[0][1].shape[-1]  # the target's hidden size, or three of them for EAGLE-3
         tokens = torch.zeros(len(pairs), width, dtype=torch.long)
-        feats = torch.zeros(len(pairs), width, hidden_size, dtype=pairs[0][1].dtype)
+        feats = torch.zeros(len(pairs), width, feature_width, dtype=pairs[0][1].dtype)
         for row, (toks, f) in enumerate(pairs):
             tokens[row, : len(toks)] = torch.tensor(toks)
             feats[row, : len(toks)] = f
@@ -107,6 +107,7 @@ class EagleProposer(Proposer):
         committed = torch.tensor([self.cache.lengths[s] for s in slots])
         logp = root_logits.log_softmax(-1)
         scores, tokens = logp.topk(k, dim=-1)  # [B, k] depth-1 nodes
+        tokens = self._to_target(tokens)
         cand_tokens, cand_scores = [tokens], [scores]
         cand_parents = [torch.full((bsz, k), -1, dtype=torch.long)]
         frontier_index = torch.arange(k).expand(bsz, k)  # candidate index of each frontier node
@@ -120,6 +121,7 @@ class EagleProposer(Proposer):
             batch = ForwardBatch(torch.tensor(slots), positions, slots_now, mask, slice(slots[0], slots[0] + bsz))
             logits, hidden = self.head(self.target, tokens.to(self.device), frontier_features.to(self.device), batch, self.cache)
             child_logp, child_tokens = logits.float().log_softmax(-1).topk(k, dim=-1)  # [B, k, k]
+            child_tokens = self._to_target(child_tokens)
             child_scores = (scores[:, :, None] + child_logp).reshape(bsz, k * k)
             child_tokens = child_tokens.reshape(bsz, k * k)
             child_parents = frontier_index[:, :, None].expand(bsz, k, k).reshape(bsz, k * k)
@@ -135,6 +137,10 @@ class EagleProposer(Proposer):
             n_cands += k * k
         # The tree's head KV lies past each slot's committed length: the next catch-up overwrites it.
         return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1))
+
+    def _to_target(self, ids: Tensor) -> Tensor:
+        """Head vocabulary ids to target ids (EAGLE-3 heads draft over a reduced vocabulary)."""
+        return ids
 
     def _tree_mask(self, committed: Tensor, ancestors: list[Tensor], slots_now: Tensor) -> Tensor:
         """[B, 1, k, length]: committed entries, the node's ancestors, and itself."""
@@ -162,3 +168,17 @@ class EagleProposer(Proposer):
                 raise AssertionError("EAGLE rerank kept a node without its parent")
             drafts.append(Draft(tokens[row, chosen], new_parents))
         return drafts
+
+
+@register("eagle3")
+class Eagle3Proposer(EagleProposer):
+    """EAGLE-3: the same dynamic tree; the head reads three target layers and drafts over its own vocabulary."""
+
+    name = "eagle3"
+
+    def __init__(self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16):
+        super().__init__(head, target, num_steps, topk, num_draft_tokens)
+        self.feature_layers = head.feature_layers(target)
+
+    def _to_target(self, ids: Tensor) -> Tensor:
+        return self.head.map_tokens(ids.to(self.head.d2t.device)).cpu()

@@ -37,6 +37,7 @@ class Proposer:
     name = "baseline"
     max_draft_tokens = 0  # the most draft nodes a single propose() returns per request
     needs_features = False  # True when it reads the target's hidden states (EAGLE)
+    feature_layers: tuple[int, ...] = ()  # target layers whose inputs form the features; () = the final hidden state
 
     def bind(self, num_slots: int, max_seq_len: int, target: "ModelConfig") -> None:
         """Called once by the engine: its slot count, sequence limit and the target's config."""

@@ -8,7 +8,7 @@ from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
 from speculab.spec.proposer import make_proposer
-from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle_head
+from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
 
@@ -74,3 +74,26 @@ def test_tree_parents_precede_children_and_respect_budget(tmp_path, hf_target, t
     for d in drafts:
         assert len(d) == 9
         assert bool((d.parents < torch.arange(len(d))).all())
+
+
+def test_eagle3_layout_loads_and_maps_vocabulary(tmp_path, hf_target, target):
+    from speculab.models.eagle3_head import load_eagle3_head
+
+    head = load_eagle3_head(write_eagle3_head(tmp_path, hf_target.config), target)
+    assert head.map_tokens(torch.tensor([0, 1, 5])).tolist() == [0, 2, 10]
+    assert head.feature_layers(target) == (2, 1, 0)  # 3 layers: 2, 3 // 2, 3 - 3
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_eagle3_greedy_identical_to_baseline(tmp_path, batch):
+    from speculab.models.eagle3_head import load_eagle3_head
+
+    hf = tiny_hf_model("llama", seed=4, num_hidden_layers=6)
+    target = speculab_from_hf(hf)
+    head = load_eagle3_head(write_eagle3_head(tmp_path, hf.config), target)
+    prompts = prompts_of([3 + (7 * i) % 11 for i in range(batch)], seed=batch)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle3", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    assert all(r.stats.draft_tokens > 0 for r in spec)

@@ -1,0 +1,147 @@
+"""EAGLE-3 draft heads: features from three target layers, a reduced draft vocabulary.
+
+Knows: the published layout (config.json with ``draft_vocab_size`` and
+optionally ``target_hidden_size``; keys ``fc.weight`` [H, 3·H_target] without
+bias, ``midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}``,
+``midlayer.self_attn.*`` whose q/k/v take 2H inputs, ``midlayer.mlp.*``,
+``norm.weight``, the head's own ``lm_head.weight`` [draft_vocab, H], ``d2t``
+(target id = draft id + d2t[draft id]) and ``t2d``), which target layers feed
+it (the hidden states entering layers 2, N//2 and N-3), and one step:
+``x = cat(input_layernorm(embed(token)), hidden_norm(h))``, attention with
+``h`` as the residual, the MLP residual, then ``lm_head(norm(h'))``. The
+pre-norm ``h'`` feeds the next step; fc applies only to the target's 3H-wide
+features.
+
+Does not know: tree growth (shared with EAGLE-2 in ``spec/eagle.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from speculab.models.config import ModelConfig
+from speculab.models.kv_cache import KVCache
+from speculab.models.llama import MLP, ForwardBatch, RMSNorm, Transformer, rope_inv_freq
+from speculab.models.loading import CheckpointError, iter_tensors
+
+
+def eagle3_feature_layers(num_layers: int) -> tuple[int, int, int]:
+    return (2, num_layers // 2, num_layers - 3)
+
+
+class Eagle3Head(nn.Module):
+    def __init__(self, config: ModelConfig, target_hidden: int, draft_vocab: int):
+        super().__init__()
+        self.config = config
+        h, d = config.hidden_size, config.head_dim
+        self.fc = nn.Linear(3 * target_hidden, h, bias=False)
+        self.hidden_norm = RMSNorm(h, config.rms_norm_eps)
+        self.input_layernorm = RMSNorm(h, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, config.rms_norm_eps)
+        self.qkv_proj = nn.Linear(2 * h, (config.num_heads + 2 * config.num_kv_heads) * d, bias=False)
+        self.o_proj = nn.Linear(config.num_heads * d, h, bias=False)
+        self.mlp = MLP(config)
+        self.norm = RMSNorm(h, config.rms_norm_eps)
+        self.lm_head = nn.Linear(h, draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
+        self.register_buffer("inv_freq", rope_inv_freq(d, config.rope_theta, config.rope_scaling), persistent=False)
+        self.target_hidden = target_hidden
+
+    def feature_layers(self, target: Transformer) -> tuple[int, int, int]:
+        return eagle3_feature_layers(target.config.num_layers)
+
+    def new_cache(self, num_slots: int, max_len: int) -> KVCache:
+        c, w = self.config, self.fc.weight
+        return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
+
+    def map_tokens(self, draft_ids: Tensor) -> Tensor:
+        """Draft-vocabulary ids to target ids."""
+        return draft_ids + self.d2t[draft_ids]
+
+    @torch.no_grad()
+    def forward(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> tuple[Tensor, Tensor]:
+        """tokens [batch, q]; features [batch, q, 3*H_target] from the target or [batch, q, H] from this head.
+        Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H])."""
+        c, dtype = self.config, self.fc.weight.dtype
+        h = self.fc(features.to(dtype)) if features.shape[-1] == 3 * self.target_hidden else features.to(dtype)
+        x = torch.cat([self.input_layernorm(target.embed_tokens(tokens).to(dtype)), self.hidden_norm(h)], dim=-1)
+        bsz, q, _ = x.shape
+        nh, nkv, d = c.num_heads, c.num_kv_heads, c.head_dim
+        qkv = self.qkv_proj(x).view(bsz, q, nh + 2 * nkv, d).transpose(1, 2)
+        angles = batch.input_pos[..., None].float() * self.inv_freq
+        cos = torch.cat((angles.cos(), angles.cos()), -1)[:, None].to(dtype)
+        sin = torch.cat((-angles.sin(), angles.sin()), -1)[:, None].to(dtype)
+        qk = torch.addcmul(qkv[:, : nh + nkv] * cos, qkv[:, : nh + nkv].roll(d // 2, dims=-1), sin)
+        kv = cache.layer(0)
+        heads = torch.arange(2 * nkv, device=x.device)[None, :, None]
+        kv.index_put_((batch.rows[:, None, None], heads, batch.cache_pos[:, None, :]), torch.cat((qk[:, nh:], qkv[:, nh + nkv :]), 1))
+        rows = batch.contiguous_rows if batch.contiguous_rows is not None else batch.rows
+        cached = kv[rows, :, : batch.length]
+        group = nh // nkv
+        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
+        attn = F.scaled_dot_product_attention(qk[:, :nh].reshape(bsz, nkv, group * q, d), cached[:, :nkv], cached[:, nkv:], attn_mask=mask)
+        h = h + self.o_proj(attn.view(bsz, nh, q, d).transpose(1, 2).reshape(bsz, q, nh * d))
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return self.lm_head(self.norm(h)), h
+
+
+def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> Eagle3Head:
+    """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target."""
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise CheckpointError(f"{folder}: no config.json for the EAGLE-3 head")
+    raw = json.loads(config_path.read_text())
+    raw.setdefault("model_type", "llama")
+    raw.setdefault("num_hidden_layers", 1)
+    config = ModelConfig.from_hf_dict(raw, source=str(config_path))
+    target_hidden = raw.get("target_hidden_size") or target.config.hidden_size
+    draft_vocab = raw.get("draft_vocab_size") or config.vocab_size
+    if config.vocab_size != target.config.vocab_size or target_hidden != target.config.hidden_size:
+        raise CheckpointError(f"{config_path}: head expects vocab {config.vocab_size} / target hidden {target_hidden}, "
+                              f"target has {target.config.vocab_size} / {target.config.hidden_size}")
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).exists()][:1]
+    if not files:
+        raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    t = {name: tensor for _, name, tensor in iter_tensors(files)}
+    h, d, inter = config.hidden_size, config.head_dim, config.intermediate_size
+    q, kv = config.num_heads * d, config.num_kv_heads * d
+    m = "midlayer."
+    shapes = {
+        "fc.weight": (h, 3 * target_hidden), "norm.weight": (h,), "lm_head.weight": (draft_vocab, h),
+        "d2t": (draft_vocab,), "t2d": (config.vocab_size,),
+        m + "hidden_norm.weight": (h,), m + "input_layernorm.weight": (h,), m + "post_attention_layernorm.weight": (h,),
+        m + "self_attn.q_proj.weight": (q, 2 * h), m + "self_attn.k_proj.weight": (kv, 2 * h),
+        m + "self_attn.v_proj.weight": (kv, 2 * h), m + "self_attn.o_proj.weight": (h, q),
+        m + "mlp.gate_proj.weight": (inter, h), m + "mlp.up_proj.weight": (inter, h), m + "mlp.down_proj.weight": (h, inter),
+    }
+    for name, shape in shapes.items():
+        if name not in t:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} is missing")
+        if tuple(t[name].shape) != shape:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} has shape {tuple(t[name].shape)}, expected {shape}")
+    dtype = dtype or target.dtype
+    w = {k: (v if k in ("d2t", "t2d") else v.to(dtype)) for k, v in t.items() if k in shapes}
+    state = {
+        "fc.weight": w["fc.weight"], "norm.weight": w["norm.weight"], "lm_head.weight": w["lm_head.weight"],
+        "d2t": w["d2t"].long(),
+        "hidden_norm.weight": w[m + "hidden_norm.weight"], "input_layernorm.weight": w[m + "input_layernorm.weight"],
+        "post_attention_layernorm.weight": w[m + "post_attention_layernorm.weight"],
+        "qkv_proj.weight": torch.cat([w[m + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
+        "o_proj.weight": w[m + "self_attn.o_proj.weight"],
+        "mlp.gate_up_proj.weight": torch.cat([w[m + "mlp.gate_proj.weight"], w[m + "mlp.up_proj.weight"]]),
+        "mlp.down_proj.weight": w[m + "mlp.down_proj.weight"],
+    }
+    with torch.device("meta"):
+        head = Eagle3Head(config, target_hidden, draft_vocab)
+    head.load_state_dict(state, assign=True, strict=True)
+    head.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
+    mapped = head.map_tokens(torch.arange(draft_vocab))
+    if int(mapped.min()) < 0 or int(mapped.max()) >= config.vocab_size:
+        raise CheckpointError(f"{files[0]}: d2t maps draft tokens outside the target vocabulary")
+    return head.to(target.norm.weight.device).eval().requires_grad_(False)
