@@ -15,3 +15,11 @@ run compare transformers --dtype bfloat16 --batch-size 8 --prompt-tokens 256
 run compare llama.cpp --dtype bfloat16 --quant bf16
 run compare llama.cpp --dtype float32 --quant bf16
 run compare llama.cpp --dtype float32 --quant q4_1
+# Speculation on the embedded model where no trained drafter is needed yet: prompt lookup.
+PROMPT="Write unit tests with pytest for this function:
+def slugify(text):
+    text = text.lower().strip()
+    text = re.sub(r'[^a-z0-9]+', '-', text)
+    return text.strip('-')"
+run generate --chat --max-tokens 128 --json --method ngram --compare-baseline --dtype float32 --prompt "$PROMPT"
+run generate --chat --max-tokens 128 --json --method ngram --compare-baseline --dtype bfloat16 --prompt "$PROMPT"

@@ -182,3 +182,71 @@ class Eagle3Proposer(EagleProposer):
 
     def _to_target(self, ids: Tensor) -> Tensor:
         return self.head.map_tokens(ids.to(self.head.d2t.device)).cpu()
+
+
+# A static tree as used by EAGLE-1's reference (its `choices`): each path lists top-k ranks from the root.
+STATIC_TREES: dict[str, list[list[int]]] = {
+    "mc_sim_7b_63": [[0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+                     [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+                     [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]],
+}
+
+
+@register("eagle-static")
+class StaticTreeEagleProposer(EagleProposer):
+    """An EAGLE head grown into a fixed tree (EAGLE-1 style): node [a, b] is the rank-b child of the rank-a root child.
+
+    The same head, caches and verification as the dynamic tree; only the shape is given instead of searched.
+    """
+
+    name = "eagle-static"
+
+    def __init__(self, head, target: Transformer, tree: str | list[list[int]] = "mc_sim_7b_63"):
+        paths = STATIC_TREES[tree] if isinstance(tree, str) else tree
+        paths = sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))
+        if not paths or any(len(p) == 0 or min(p) < 0 for p in paths):
+            raise ValueError("a static tree is a list of non-empty paths of top-k ranks")
+        index = {p: i for i, p in enumerate(paths)}
+        missing = [p for p in paths if len(p) > 1 and p[:-1] not in index]
+        if missing:
+            raise ValueError(f"static tree paths {missing[:3]} have no parent path")
+        self.paths, self.index = paths, index
+        depth = max(map(len, paths))
+        super().__init__(head, target, num_steps=depth, topk=max(max(p) for p in paths) + 1, num_draft_tokens=len(paths) + 1)
+        self.max_draft_tokens = len(paths)
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        reqs = state.requests
+        slots = [r.slot for r in reqs]
+        bsz, n = len(reqs), len(self.paths)
+        root_logits, root_hidden = self._catch_up(reqs, slots)
+        committed = torch.tensor([self.cache.lengths[s] for s in slots])
+        tokens = torch.zeros(bsz, n, dtype=torch.long)
+        ranked = self._to_target(root_logits.topk(self.topk, dim=-1).indices)  # [B, topk]
+        for p, i in self.index.items():
+            if len(p) == 1:
+                tokens[:, i] = ranked[:, p[0]]
+        hidden_of: dict[tuple[int, ...], Tensor] = {}
+        slot_of: dict[tuple[int, ...], Tensor] = {}
+        offset = 0
+        for depth in range(1, self.num_steps):
+            parents = [p for p in self.paths if len(p) == depth and any(q[:-1] == p for q in self.paths if len(q) == depth + 1)]
+            if not parents:
+                break
+            slots_now = committed[:, None] + offset + torch.arange(len(parents))[None, :]
+            ancestors = [torch.stack([slot_of[p[:j]] for p in parents], 1) for j in range(1, depth)]
+            features = torch.stack([root_hidden if depth == 1 else hidden_of[p[:-1]] for p in parents], 1)
+            positions = (committed[:, None] + depth - 1).expand(bsz, len(parents))
+            batch = ForwardBatch(torch.tensor(slots), positions, slots_now, self._tree_mask(committed, ancestors, slots_now),
+                                 slice(slots[0], slots[0] + bsz))
+            node_tokens = tokens[:, [self.index[p] for p in parents]]
+            logits, hidden = self.head(self.target, node_tokens.to(self.device), features.to(self.device), batch, self.cache)
+            ranked = self._to_target(logits.float().topk(self.topk, dim=-1).indices)  # [B, parents, topk]
+            for j, p in enumerate(parents):
+                hidden_of[p], slot_of[p] = hidden[:, j], slots_now[:, j]
+                for q, i in self.index.items():
+                    if len(q) == depth + 1 and q[:-1] == p:
+                        tokens[:, i] = ranked[:, j, q[-1]]
+            offset += len(parents)
+        parent_index = torch.tensor([self.index[p[:-1]] if len(p) > 1 else -1 for p in self.paths])
+        return [Draft(tokens[row], parent_index) for row in range(bsz)]

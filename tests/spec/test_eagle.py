@@ -97,3 +97,40 @@ def test_eagle3_greedy_identical_to_baseline(tmp_path, batch):
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     assert all(r.stats.draft_tokens > 0 for r in spec)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_static_tree_greedy_identical_and_shaped(tmp_path, hf_target, target, batch):
+    from speculab.spec.eagle import STATIC_TREES
+
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    prompts = prompts_of([5 + 4 * i for i in range(batch)], seed=7)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle-static", head=head, target=target, tree="mc_sim_7b_63")
+    engine = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer)
+    spec = engine.generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    tree = STATIC_TREES["mc_sim_7b_63"]
+    assert proposer.max_draft_tokens == len(tree) == 25
+    assert all(r.stats.draft_tokens == 25 * r.stats.steps for r in spec)
+
+
+def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
+    """Node [a] is the head's rank-a token at the root; node [0, b] its rank-b token after node [0]."""
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    paths = [[0], [1], [0, 0], [0, 2]]
+    static = make_proposer("eagle-static", head=head, target=target, tree=paths)
+    dynamic = make_proposer("eagle", head=head, target=target, num_steps=2, topk=3, num_draft_tokens=13)
+    from speculab.spec.proposer import ProposeState
+
+    drafts = []
+    for proposer in (static, dynamic):
+        engine = Engine(target, max_batch=1, max_seq_len=128, proposer=proposer)
+        engine.add_request(prompts_of([7], seed=2)[0], PARAMS)
+        engine.step()
+        drafts.append(proposer.propose(ProposeState(engine.running))[0])
+    s, d = drafts
+    assert s.parents.tolist() == [-1, -1, 0, 0]
+    # The dynamic tree with topk=3 holds the root's top-3 and node [0]'s top-3 (its frontier keeps all 3 of depth 1).
+    root_children = [t for t, p in zip(d.tokens.tolist(), d.parents.tolist()) if p == -1]
+    assert s.tokens[0] == root_children[0] and s.tokens[1] == root_children[1]
