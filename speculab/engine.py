@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import ForwardBatch, Transformer, causal_batch
+from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.sampling import SamplingParams, sample_rows, target_probs
 from speculab.spec.proposer import Proposer, ProposeState
 from speculab.spec.stats import SpecStats
@@ -130,18 +130,9 @@ class Engine:
         slot = len(self.running)
         request.slot = slot
         self.running.append(request)
-        self.cache.lengths[slot] = 0
-        ids = torch.tensor([request.prompt_ids], device=self.device)
-        rows = torch.tensor([slot], device=self.device)
-        features = []
-        for start in range(0, ids.shape[1], PREFILL_CHUNK):
-            chunk = ids[:, start : start + PREFILL_CHUNK]
-            batch = causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1])
-            last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
-            out = self.model(chunk, batch, self.cache, logits_at=last, capture_layers=self.proposer.feature_layers)
-            self.cache.commit(slot, start + chunk.shape[1])
-            if self.proposer.needs_features:
-                features.append(self._features(out)[0])
+        outputs = prefill(self.model, self.cache, slot, request.prompt_ids, self.proposer.feature_layers, PREFILL_CHUNK)
+        out = outputs[-1]
+        features = [self._features(o)[0] for o in outputs] if self.proposer.needs_features else []
         token = sample_rows(out.logits[:, -1], [request.params], [request.generator])[0]
         self.proposer.admit(slot, request, torch.cat(features) if features else None)
         return self._emit(request, [token])

@@ -21,12 +21,11 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import MLP, ForwardBatch, RMSNorm, Transformer, rope_inv_freq
+from speculab.models.llama import MLP, Attention, ForwardBatch, RMSNorm, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError, iter_tensors
 
 
@@ -43,8 +42,7 @@ class Eagle3Head(nn.Module):
         self.hidden_norm = RMSNorm(h, config.rms_norm_eps)
         self.input_layernorm = RMSNorm(h, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(h, config.rms_norm_eps)
-        self.qkv_proj = nn.Linear(2 * h, (config.num_heads + 2 * config.num_kv_heads) * d, bias=False)
-        self.o_proj = nn.Linear(config.num_heads * d, h, bias=False)
+        self.self_attn = Attention(config, input_size=2 * h)
         self.mlp = MLP(config)
         self.norm = RMSNorm(h, config.rms_norm_eps)
         self.lm_head = nn.Linear(h, draft_vocab, bias=False)
@@ -67,25 +65,13 @@ class Eagle3Head(nn.Module):
     def forward(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> tuple[Tensor, Tensor]:
         """tokens [batch, q]; features [batch, q, 3*H_target] from the target or [batch, q, H] from this head.
         Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H])."""
-        c, dtype = self.config, self.fc.weight.dtype
+        dtype = self.fc.weight.dtype
         h = self.fc(features.to(dtype)) if features.shape[-1] == 3 * self.target_hidden else features.to(dtype)
         x = torch.cat([self.input_layernorm(target.embed_tokens(tokens).to(dtype)), self.hidden_norm(h)], dim=-1)
-        bsz, q, _ = x.shape
-        nh, nkv, d = c.num_heads, c.num_kv_heads, c.head_dim
-        qkv = self.qkv_proj(x).view(bsz, q, nh + 2 * nkv, d).transpose(1, 2)
-        angles = batch.input_pos[..., None].float() * self.inv_freq
-        cos = torch.cat((angles.cos(), angles.cos()), -1)[:, None].to(dtype)
-        sin = torch.cat((-angles.sin(), angles.sin()), -1)[:, None].to(dtype)
-        qk = torch.addcmul(qkv[:, : nh + nkv] * cos, qkv[:, : nh + nkv].roll(d // 2, dims=-1), sin)
-        kv = cache.layer(0)
-        heads = torch.arange(2 * nkv, device=x.device)[None, :, None]
-        kv.index_put_((batch.rows[:, None, None], heads, batch.cache_pos[:, None, :]), torch.cat((qk[:, nh:], qkv[:, nh + nkv :]), 1))
-        rows = batch.contiguous_rows if batch.contiguous_rows is not None else batch.rows
-        cached = kv[rows, :, : batch.length]
-        group = nh // nkv
-        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
-        attn = F.scaled_dot_product_attention(qk[:, :nh].reshape(bsz, nkv, group * q, d), cached[:, :nkv], cached[:, nkv:], attn_mask=mask)
-        h = h + self.o_proj(attn.view(bsz, nh, q, d).transpose(1, 2).reshape(bsz, q, nh * d))
+        batch.prepare(self.config)
+        cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
+        mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, dtype)
+        h = h + self.self_attn(x, cache.layer(0), batch, cos, sin, mask)  # the residual is h, not x
         h = h + self.mlp(self.post_attention_layernorm(h))
         return self.lm_head(self.norm(h)), h
 
@@ -132,8 +118,8 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
         "d2t": w["d2t"].long(),
         "hidden_norm.weight": w[m + "hidden_norm.weight"], "input_layernorm.weight": w[m + "input_layernorm.weight"],
         "post_attention_layernorm.weight": w[m + "post_attention_layernorm.weight"],
-        "qkv_proj.weight": torch.cat([w[m + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
-        "o_proj.weight": w[m + "self_attn.o_proj.weight"],
+        "self_attn.qkv_proj.weight": torch.cat([w[m + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
+        "self_attn.o_proj.weight": w[m + "self_attn.o_proj.weight"],
         "mlp.gate_up_proj.weight": torch.cat([w[m + "mlp.gate_proj.weight"], w[m + "mlp.up_proj.weight"]]),
         "mlp.down_proj.weight": w[m + "mlp.down_proj.weight"],
     }

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import Block, ForwardBatch, Transformer, rope_inv_freq
+from speculab.models.llama import Block, ForwardBatch, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError, iter_tensors
 
 
@@ -54,14 +54,9 @@ class EagleHead(nn.Module):
         embed = self.embed_tokens if self.embed_tokens is not None else target.embed_tokens
         dtype = self.fc.weight.dtype
         x = self.fc(torch.cat([embed(tokens).to(dtype), features.to(dtype)], dim=-1))
-        if batch.kv_heads_index is None:
-            batch.kv_heads_index = torch.arange(2 * self.config.num_kv_heads, device=tokens.device)[None, :, None]
-        angles = batch.input_pos[..., None].float() * self.inv_freq
-        cos = torch.cat((angles.cos(), angles.cos()), -1)[:, None].to(dtype)
-        sin = torch.cat((-angles.sin(), angles.sin()), -1)[:, None].to(dtype)
-        group = self.config.num_heads // self.config.num_kv_heads
-        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
-        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        batch.prepare(self.config)
+        cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
+        mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, dtype)
         hidden = self.layer(x, cache.layer(0), batch, cos, sin, mask)
         return target.lm_head(hidden.to(target.dtype)), hidden
 

@@ -48,6 +48,10 @@ class ForwardBatch:
     def length(self) -> int:
         return self.mask.shape[-1]
 
+    def prepare(self, config: ModelConfig) -> None:
+        if self.kv_heads_index is None:
+            self.kv_heads_index = torch.arange(2 * config.num_kv_heads, device=self.rows.device)[None, :, None]
+
 
 @dataclass
 class ForwardOutput:
@@ -94,6 +98,24 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> Tensor:
     return inv_freq.float()
 
 
+def rope_tables(positions: Tensor, inv_freq: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and signed sin for the rotate-half convention: [batch, 1, q, head_dim]. positions: [batch, q]."""
+    angles = positions[..., None].float() * inv_freq  # [batch, q, head_dim/2]
+    cos, sin = angles.cos(), angles.sin()
+    cos = torch.cat((cos, cos), dim=-1)
+    sin = torch.cat((-sin, sin), dim=-1)
+    return cos[:, None].to(dtype), sin[:, None].to(dtype)
+
+
+def attention_mask(mask: Tensor, group: int, dtype: torch.dtype) -> Tensor:
+    """The bool mask [batch, 1, q, length] as the additive mask of grouped-query attention [batch, 1, group*q, length].
+
+    SDPA would turn a bool mask into an additive one on every call; this is done once for all layers.
+    """
+    mask = mask.repeat(1, 1, group, 1) if group > 1 else mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+
+
 class RMSNorm(nn.Module):
     """RMSNorm; ``weight`` is None once it has been folded into the next linear (``fold_norm_weights``)."""
 
@@ -111,13 +133,14 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, input_size: int | None = None):
         super().__init__()
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
         qkv_out = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
+        # input_size differs from hidden_size only in EAGLE-3 heads, whose attention reads [embedding, hidden].
+        self.qkv_proj = nn.Linear(input_size or config.hidden_size, qkv_out, bias=config.qkv_bias)
         self.o_proj = nn.Linear(config.num_heads * config.head_dim, config.hidden_size, bias=False)
 
     def forward(self, x: Tensor, kv: Tensor, batch: ForwardBatch, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor:
@@ -196,14 +219,6 @@ class Transformer(nn.Module):
         c = self.config
         return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.dtype, self.norm.weight.device)
 
-    def rope(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and signed sin for the rotate-half convention: [batch, 1, q, head_dim]."""
-        angles = positions[..., None].float() * self.inv_freq  # [batch, q, head_dim/2]
-        cos, sin = angles.cos(), angles.sin()
-        cos = torch.cat((cos, cos), dim=-1)
-        sin = torch.cat((-sin, sin), dim=-1)
-        return cos[:, None].to(self.dtype), sin[:, None].to(self.dtype)
-
     @torch.no_grad()
     def forward(
         self,
@@ -214,13 +229,9 @@ class Transformer(nn.Module):
         capture_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
         x = self.embed_tokens(tokens).to(self.dtype)  # the table may be stored compactly (loading.py)
-        if batch.kv_heads_index is None:
-            batch.kv_heads_index = torch.arange(2 * self.config.num_kv_heads, device=tokens.device)[None, :, None]
-        cos, sin = self.rope(batch.input_pos)
-        group = self.config.num_heads // self.config.num_kv_heads
-        mask = batch.mask.repeat(1, 1, group, 1) if group > 1 else batch.mask
-        # SDPA turns a bool mask into an additive one on every call; do it once for all layers.
-        mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        batch.prepare(self.config)
+        cos, sin = rope_tables(batch.input_pos, self.inv_freq, self.dtype)
+        mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, self.dtype)
         captured = {}
         for i, layer in enumerate(self.layers):
             if i in capture_layers:
@@ -232,3 +243,24 @@ class Transformer(nn.Module):
         else:
             picked = hidden
         return ForwardOutput(self.lm_head(picked), hidden, captured)
+
+
+def prefill(
+    model: Transformer, cache: KVCache, slot: int, prompt_ids: list[int], capture_layers: tuple[int, ...] = (), chunk: int = 512
+) -> list[ForwardOutput]:
+    """Run a prompt into one cache slot in chunks (bounding activations) and commit it.
+
+    Returns each chunk's output; logits are computed for the chunk's last position only.
+    """
+    device = model.norm.weight.device
+    ids = torch.tensor([prompt_ids], device=device)
+    rows = torch.tensor([slot], device=device)
+    cache.lengths[slot] = 0
+    outputs = []
+    for start in range(0, ids.shape[1], chunk):
+        part = ids[:, start : start + chunk]
+        batch = causal_batch(rows, torch.tensor([start], device=device), part.shape[1])
+        last = torch.tensor([[part.shape[1] - 1]], device=device)
+        outputs.append(model(part, batch, cache, logits_at=last, capture_layers=capture_layers))
+        cache.commit(slot, start + part.shape[1])
+    return outputs

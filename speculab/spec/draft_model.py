@@ -17,13 +17,10 @@ from __future__ import annotations
 import torch
 
 from speculab.models.config import ModelConfig
-from speculab.models.llama import Transformer, causal_batch
+from speculab.models.llama import Transformer, causal_batch, prefill
 from speculab.sampling import target_probs
 from speculab.spec.proposer import Proposer, ProposeState, register
 from speculab.spec.tree import Draft
-
-PREFILL_CHUNK = 512
-
 
 class VocabularyMismatchError(ValueError):
     """Proposer and target disagree on the vocabulary."""
@@ -53,15 +50,8 @@ class DraftModelProposer(Proposer):
 
     # -- slots ------------------------------------------------------------------
     def admit(self, slot: int, request, features=None) -> None:
-        ids = torch.tensor([request.prompt_ids], device=self.device)
-        self.cache.lengths[slot] = 0
-        rows = torch.tensor([slot], device=self.device)
-        for start in range(0, ids.shape[1], PREFILL_CHUNK):
-            chunk = ids[:, start : start + PREFILL_CHUNK]
-            last = torch.tensor([[chunk.shape[1] - 1]], device=self.device)
-            self.model(chunk, causal_batch(rows, torch.tensor([start], device=self.device), chunk.shape[1]), self.cache, logits_at=last)
-        self.cache.commit(slot, ids.shape[1])
-        self.synced[slot], self.pending[slot] = ids.shape[1], []
+        prefill(self.model, self.cache, slot, request.prompt_ids)
+        self.synced[slot], self.pending[slot] = len(request.prompt_ids), []
         seed = request.params.seed
         self.generators[slot] = None if request.params.greedy else torch.Generator().manual_seed((seed or 0) + 0x5EED)
 
