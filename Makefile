@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml
 model: $(STAMP)
 	$(BIN)/speculab fetch
 
-# The main job. Until the benchmark issue lands: a generation demo on the embedded model.
+# The main job. Until the benchmark issue lands: a demo on the embedded model, plain decoding
+# against prompt-lookup speculation on a coding prompt (identical tokens, acceptance, speedup).
 bench: setup
-	$(BIN)/speculab generate --chat --max-tokens 96 --json \
-	  --prompt "Write a Python function that parses an ISO 8601 date string, with unit tests."
+	$(BIN)/speculab generate --chat --max-tokens 128 --json --method ngram --compare-baseline \
+	  --prompt "Write unit tests with pytest for this function: def slugify(text): return re.sub(r'[^a-z0-9]+', '-', text.lower()).strip('-')"
 
 test: setup
 	$(BIN)/python -m pytest -q
