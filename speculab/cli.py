@@ -135,7 +135,11 @@ def _printer(decode):
 def cmd_compare(args: argparse.Namespace) -> int:
     from speculab.bench import compare
 
-    runner = {"transformers": compare.compare_transformers, "llama.cpp": compare.compare_llamacpp}[args.peer]
+    runner = {
+        "transformers": compare.compare_transformers,
+        "llama.cpp": compare.compare_llamacpp,
+        "eagle-reference": compare.compare_eagle_reference,
+    }[args.peer]
     result = runner(args)
     print(json.dumps(result))
     return 0
@@ -176,13 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("compare", help="benchmark speculab's baseline against a peer on the same model and prompt")
-    c.add_argument("peer", choices=["transformers", "llama.cpp"])
+    c.add_argument("peer", choices=["transformers", "llama.cpp", "eagle-reference"])
     c.add_argument("--batch-size", type=int, default=1)
     c.add_argument("--max-tokens", type=int, default=128)
     c.add_argument("--prompt-tokens", type=int, default=1200)
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--threads", type=int, default=None, help="torch/llama.cpp threads (default: torch's choice)")
     c.add_argument("--quant", choices=["bf16", "q4_1"], default="bf16", help="llama.cpp only: GGUF type")
+    c.add_argument("--eagle", default=None, help="eagle-reference only: the EAGLE-1 head folder")
+    c.add_argument("--tree", default="mc_sim_7b_63", help="eagle-reference only: the static tree both sides use")
+    c.add_argument("--num-steps", type=int, default=5, help="eagle-reference only: speculab's dynamic tree depth")
+    c.add_argument("--topk", type=int, default=4)
+    c.add_argument("--num-draft-tokens", type=int, default=16)
+    c.add_argument("--reference-python", default=None, help="python of the reference environment")
+    c.add_argument("--reference-path", default=None, help="a local clone of the current reference code (EAGLE-2) to use instead")
     _add_model_args(c)
     c.set_defaults(func=cmd_compare)
 

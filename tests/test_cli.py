@@ -69,3 +69,8 @@ def test_generate_method_needs_its_checkpoint(tmp_path, capsys):
     save_tiny_checkpoint(tmp_path)
     assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--method", "eagle"]) == 2
     assert "--eagle PATH" in capsys.readouterr().err
+
+
+def test_compare_eagle_reference_needs_a_head(capsys):
+    assert main(["compare", "eagle-reference", "--model", "default"]) == 2
+    assert "--eagle PATH" in capsys.readouterr().err

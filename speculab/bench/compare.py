@@ -26,6 +26,8 @@ from speculab.engine import Engine
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
+from speculab.spec.proposer import Proposer
+from speculab.spec.stats import SpecStats
 
 CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 
@@ -65,15 +67,24 @@ def measure(run: Callable[[int], tuple[float, float]], batch: int, max_tokens: i
     return {"tok_s": statistics.median(rates), "runs_tok_s": rates}
 
 
-def speculab_side(loaded: LoadedModel, prompts: list[list[int]], max_tokens: int, repeats: int) -> tuple[dict, list[int]]:
-    engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max(map(len, prompts)) + max_tokens + 1)
+def speculab_side(
+    loaded: LoadedModel, prompts: list[list[int]], max_tokens: int, repeats: int, proposer: Proposer | None = None
+) -> tuple[dict, list[int]]:
+    """Decode rate of speculab's engine (with ``proposer``, or plain), and τ of the last run."""
+    headroom = (proposer.max_draft_tokens if proposer else 0) + 2
+    engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max(map(len, prompts)) + max_tokens + headroom, proposer=proposer)
     last: list = []
 
     def run(n: int) -> tuple[float, float]:
         last[:] = engine.generate(prompts, SamplingParams(max_tokens=n, ignore_eos=True))
         return max(r.token_times[0] for r in last), max(r.token_times[-1] for r in last)
 
-    return measure(run, len(prompts), max_tokens, repeats), last[0].output_ids
+    result = measure(run, len(prompts), max_tokens, repeats)
+    stats = SpecStats()
+    for r in last:
+        stats.merge(r.stats)
+    result["tau"] = stats.mean_acceptance_length
+    return result, last[0].output_ids
 
 
 class _TimingStreamer:
@@ -174,4 +185,58 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
         "speculab_runs_tok_s": ours["runs_tok_s"],
         "llamacpp_runs_tok_s": peer["runs"],
         "greedy_agreement": agreement(our_tokens, peer["tokens"]),
+    }
+
+
+REFERENCE_VENV = "eagle-ref-venv"  # under speculab's cache: torch + transformers + eagle-llm 1.2.1 (--no-deps)
+
+
+def compare_eagle_reference(args: argparse.Namespace) -> dict:
+    """speculab's EAGLE (the reference's static tree, and EAGLE-2's dynamic tree) against the EAGLE reference code."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from speculab.models.eagle_head import load_eagle_head
+    from speculab.models.embedded import cache_dir
+    from speculab.spec.proposer import make_proposer
+
+    if not args.eagle:
+        raise ValueError("compare eagle-reference needs --eagle PATH (an EAGLE-1 head for the target)")
+    loaded = _setup(args)
+    prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
+    head = load_eagle_head(args.eagle, loaded.model)
+    static = make_proposer("eagle-static", head=head, target=loaded.model, tree=args.tree)
+    dynamic = make_proposer("eagle", head=head, target=loaded.model, num_steps=args.num_steps, topk=args.topk,
+                            num_draft_tokens=args.num_draft_tokens)
+    ours_static, static_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats, static)
+    ours_dynamic, _ = speculab_side(loaded, prompts, args.max_tokens, args.repeats, dynamic)
+    python = Path(args.reference_python or cache_dir() / REFERENCE_VENV / "bin" / "python")
+    if not python.exists():
+        raise RuntimeError(f"{python}: no reference environment; see BENCHMARKS.md for the two install commands")
+    runner = Path(__file__).with_name("eagle_reference_runner.py")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(prompts[0], f)
+    cmd = [str(python), str(runner), "--base", str(loaded.path), "--head", str(args.eagle), "--prompt-ids-file", f.name,
+           "--max-new-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--tree", args.tree,
+           "--threads", str(torch.get_num_threads()), "--dtype", loaded.dtype]
+    if args.reference_path:
+        cmd += ["--reference-path", str(args.reference_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    Path(f.name).unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the EAGLE reference run failed:\n{done.stderr[-3000:]}")
+    ref = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        "peer": "eagle-reference", "dtype": loaded.dtype, "batch_size": 1, "prompt_tokens": len(prompts[0]),
+        "max_tokens": args.max_tokens, "repeats": args.repeats, "threads": torch.get_num_threads(), "tree": args.tree,
+        "eagle": str(args.eagle),
+        "speculab_static_tok_s": ours_static["tok_s"], "speculab_static_tau": ours_static["tau"],
+        "speculab_dynamic_tok_s": ours_dynamic["tok_s"], "speculab_dynamic_tau": ours_dynamic["tau"],
+        "dynamic_tree": {"num_steps": args.num_steps, "topk": args.topk, "num_draft_tokens": args.num_draft_tokens},
+        "reference_tok_s": ref["tok_s"], "reference_tau": ref["tau"], "reference_timing": ref.get("timing"),
+        "ratio": ours_static["tok_s"] / ref["tok_s"],
+        "ratio_dynamic": ours_dynamic["tok_s"] / ref["tok_s"],
+        "greedy_agreement": agreement(static_tokens, ref["tokens"]),
     }
