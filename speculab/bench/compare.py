@@ -195,7 +195,6 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     """speculab's EAGLE (the reference's static tree, and EAGLE-2's dynamic tree) against the EAGLE reference code."""
     import json
     import subprocess
-    import sys
     import tempfile
 
     from speculab.models.eagle_head import load_eagle_head

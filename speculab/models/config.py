@@ -10,7 +10,7 @@ those get :class:`UnsupportedModelError`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,6 @@ class ModelConfig:
         layer = attn + 3 * h * self.intermediate_size + 2 * h
         heads = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * layer + heads + h
-
-    def with_overrides(self, **changes: Any) -> "ModelConfig":
-        return replace(self, **changes)
 
     @classmethod
     def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json") -> "ModelConfig":

@@ -48,10 +48,6 @@ class KVCache:
         layers, _, heads2, _, head_dim = self.kv.shape
         return layers * heads2 * head_dim * self.kv.element_size()
 
-    @property
-    def nbytes(self) -> int:
-        return self.kv.numel() * self.kv.element_size()
-
     def capacity_tokens(self, budget_bytes: int) -> int:
         """How many tokens of this model's KV fit in ``budget_bytes``."""
         return max(0, budget_bytes) // self.bytes_per_token

@@ -80,3 +80,18 @@ def test_bytes_per_token_and_capacity():
     assert cache.bytes_per_token == 2 * 30 * 3 * 64 * 2  # K and V, 30 layers, bf16
     assert cache.capacity_tokens(cache.bytes_per_token * 1000 + 5) == 1000
     assert cache.capacity_tokens(-1) == 0
+
+
+def test_analytic_config_figures_match_real_tensors():
+    """ModelConfig's analytic parameter count and KV bytes/token agree with built models and caches."""
+    from speculab.models.config import CONFIGS
+    from tests.helpers import tiny_hf_model
+
+    for tie in (True, False):
+        hf = tiny_hf_model("llama", tie_word_embeddings=tie)
+        model = tiny_model(tie_word_embeddings=tie)
+        assert model.config.num_parameters() == hf.num_parameters()
+    smol = CONFIGS["smollm2-135m"]
+    assert round(smol.num_parameters() / 1e6, 1) == 134.5  # the published size of SmolLM2-135M
+    cache = KVCache(smol.num_layers, 1, smol.num_kv_heads, smol.head_dim, 4, torch.bfloat16)
+    assert smol.kv_bytes_per_token(2) == cache.bytes_per_token == 23040
