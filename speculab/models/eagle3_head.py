@@ -17,7 +17,6 @@ Does not know: tree growth (shared with EAGLE-2 in ``spec/eagle.py``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -26,7 +25,8 @@ from torch import Tensor, nn
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import MLP, Attention, ForwardBatch, RMSNorm, Transformer, attention_mask, rope_inv_freq, rope_tables
-from speculab.models.loading import CheckpointError, iter_tensors
+from speculab.models.eagle_head import read_head_config, read_head_tensors
+from speculab.models.loading import CheckpointError
 
 
 def eagle3_feature_layers(num_layers: int) -> tuple[int, int, int]:
@@ -79,22 +79,12 @@ class Eagle3Head(nn.Module):
 def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> Eagle3Head:
     """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target."""
     folder = Path(folder)
-    config_path = folder / "config.json"
-    if not config_path.exists():
-        raise CheckpointError(f"{folder}: no config.json for the EAGLE-3 head")
-    raw = json.loads(config_path.read_text())
-    raw.setdefault("model_type", "llama")
-    raw.setdefault("num_hidden_layers", 1)
-    config = ModelConfig.from_hf_dict(raw, source=str(config_path))
+    raw, config, config_path = read_head_config(folder)
     target_hidden = raw.get("target_hidden_size") or target.config.hidden_size
     draft_vocab = raw.get("draft_vocab_size") or config.vocab_size
     if config.vocab_size != target.config.vocab_size or target_hidden != target.config.hidden_size:
         raise CheckpointError(f"{config_path}: head expects vocab {config.vocab_size} / target hidden {target_hidden}, "
                               f"target has {target.config.vocab_size} / {target.config.hidden_size}")
-    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).exists()][:1]
-    if not files:
-        raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
-    t = {name: tensor for _, name, tensor in iter_tensors(files)}
     h, d, inter = config.hidden_size, config.head_dim, config.intermediate_size
     q, kv = config.num_heads * d, config.num_kv_heads * d
     m = "midlayer."
@@ -106,13 +96,9 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
         m + "self_attn.v_proj.weight": (kv, 2 * h), m + "self_attn.o_proj.weight": (h, q),
         m + "mlp.gate_proj.weight": (inter, h), m + "mlp.up_proj.weight": (inter, h), m + "mlp.down_proj.weight": (h, inter),
     }
-    for name, shape in shapes.items():
-        if name not in t:
-            raise CheckpointError(f"{files[0]}: tensor {name!r} is missing")
-        if tuple(t[name].shape) != shape:
-            raise CheckpointError(f"{files[0]}: tensor {name!r} has shape {tuple(t[name].shape)}, expected {shape}")
+    t = read_head_tensors(folder, shapes, {})
     dtype = dtype or target.dtype
-    w = {k: (v if k in ("d2t", "t2d") else v.to(dtype)) for k, v in t.items() if k in shapes}
+    w = {k: (v if k in ("d2t", "t2d") else v.to(dtype)) for k, v in t.items()}
     state = {
         "fc.weight": w["fc.weight"], "norm.weight": w["norm.weight"], "lm_head.weight": w["lm_head.weight"],
         "d2t": w["d2t"].long(),
@@ -129,5 +115,5 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
     head.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
     mapped = head.map_tokens(torch.arange(draft_vocab))
     if int(mapped.min()) < 0 or int(mapped.max()) >= config.vocab_size:
-        raise CheckpointError(f"{files[0]}: d2t maps draft tokens outside the target vocabulary")
+        raise CheckpointError(f"{folder}: d2t maps draft tokens outside the target vocabulary")
     return head.to(target.norm.weight.device).eval().requires_grad_(False)

@@ -61,25 +61,42 @@ class EagleHead(nn.Module):
         return target.lm_head(hidden.to(target.dtype)), hidden
 
 
-def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> EagleHead:
-    """Load an EAGLE-1/2 head folder for ``target``; shapes are checked against the target."""
-    folder = Path(folder)
+def read_head_config(folder: Path) -> tuple[dict, ModelConfig, Path]:
+    """An EAGLE head's config.json: the raw dict, the one-layer ModelConfig, and its path."""
     config_path = folder / "config.json"
     if not config_path.exists():
         raise CheckpointError(f"{folder}: no config.json for the EAGLE head")
     raw = json.loads(config_path.read_text())
     raw.setdefault("model_type", "llama")
     raw.setdefault("num_hidden_layers", 1)
-    config = ModelConfig.from_hf_dict(raw, source=str(config_path))
+    return raw, ModelConfig.from_hf_dict(raw, source=str(config_path)), config_path
+
+
+def read_head_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], optional: dict[str, tuple[int, ...]]) -> dict[str, Tensor]:
+    """The head's tensors (model.safetensors, else pytorch_model.bin), checked against ``shapes`` (required)
+    and ``optional``; anything else in the file is ignored."""
+    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).exists()][:1]
+    if not files:
+        raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    tensors = {name: t for _, name, t in iter_tensors(files)}
+    expected = shapes | {name: shape for name, shape in optional.items() if name in tensors}
+    for name, shape in expected.items():
+        if name not in tensors:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} is missing")
+        if tuple(tensors[name].shape) != shape:
+            raise CheckpointError(f"{files[0]}: tensor {name!r} has shape {tuple(tensors[name].shape)}, expected {shape}")
+    return {name: tensors[name] for name in expected}
+
+
+def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> EagleHead:
+    """Load an EAGLE-1/2 head folder for ``target``; shapes are checked against the target."""
+    folder = Path(folder)
+    raw, config, config_path = read_head_config(folder)
     if config.vocab_size != target.config.vocab_size or config.hidden_size != target.config.hidden_size:
         raise CheckpointError(
             f"{config_path}: head has vocab {config.vocab_size} / hidden {config.hidden_size}, "
             f"target has {target.config.vocab_size} / {target.config.hidden_size}"
         )
-    files = [folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).exists()][:1]
-    if not files:
-        raise CheckpointError(f"{folder}: no model.safetensors or pytorch_model.bin")
-    tensors = {name: t for _, name, t in iter_tensors(files)}
     h, d = config.hidden_size, config.head_dim
     q, kv, inter = config.num_heads * d, config.num_kv_heads * d, config.intermediate_size
     shapes = {
@@ -89,18 +106,12 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
         "layers.0.mlp.gate_proj.weight": (inter, h), "layers.0.mlp.up_proj.weight": (inter, h),
         "layers.0.mlp.down_proj.weight": (h, inter), "layers.0.post_attention_layernorm.weight": (h,),
     }
-    fc_bias = raw.get("bias", True)
+    fc_bias = raw.get("bias", True)  # an absent key means a bias, as in the reference
     if fc_bias:
         shapes["fc.bias"] = (h,)
-    if "embed_tokens.weight" in tensors:
-        shapes["embed_tokens.weight"] = (config.vocab_size, h)
-    for name, shape in shapes.items():
-        if name not in tensors:
-            raise CheckpointError(f"{files[0]}: tensor {name!r} is missing")
-        if tuple(tensors[name].shape) != shape:
-            raise CheckpointError(f"{files[0]}: tensor {name!r} has shape {tuple(tensors[name].shape)}, expected {shape}")
+    tensors = read_head_tensors(folder, shapes, {"embed_tokens.weight": (config.vocab_size, h)})
     dtype = dtype or target.dtype
-    t = {k: v.to(dtype) for k, v in tensors.items() if k in shapes}
+    t = {k: v.to(dtype) for k, v in tensors.items()}
     p = "layers.0."
     state = {
         "fc.weight": t["fc.weight"],
