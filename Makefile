@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model bench test compare
+.PHONY: setup model bench test compare assets workload
 
 setup: $(STAMP) model
 
@@ -33,3 +33,15 @@ test: setup
 compare: setup
 	$(BIN)/speculab compare transformers --dtype bfloat16
 	$(BIN)/speculab compare transformers --dtype float32
+
+# The embedded default's drafters, shipped in speculab/assets/ (see their README.md and manifest.json).
+# Self-distilled data is cached in ~/.cache/speculab/train-data; each run resumes with --resume.
+ASSETS := speculab/assets
+assets: setup
+	$(BIN)/speculab train data
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 55 --warmup-steps 20 $(RESUME) &
+	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 5000 --max-minutes 40 --warmup-steps 20 $(RESUME) ; wait
+
+# The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
+workload: setup
+	$(BIN)/python -m speculab.data.build_workload --check

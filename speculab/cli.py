@@ -5,6 +5,8 @@
 ``speculab compare transformers|llama.cpp``: the peer benchmarks; their last
 stdout line is one JSON object.
 ``speculab fetch``: fetch and convert the embedded default model.
+``speculab bench`` / ``speculab report``: the benchmark matrix and its report (``speculab.bench``).
+``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
 """
 
 from __future__ import annotations
@@ -197,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(c)
     c.set_defaults(func=cmd_compare)
 
+    from speculab.bench.cli import add_bench_parsers
+    from speculab.train.commands import add_train_parser
+
+    add_bench_parsers(sub)
+    add_train_parser(sub)
+
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model into the cache")
     f.set_defaults(func=cmd_fetch)
     return parser
@@ -206,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         print(f"speculab: error: {err}", file=sys.stderr)
         return 2
 

@@ -70,6 +70,33 @@ class TokenEvent:
     finished: bool
 
 
+@dataclass
+class CachedPrompt:
+    kv: torch.Tensor  # [layers, 2*kv_heads, prompt_len, head_dim]
+    logits: torch.Tensor  # [vocab] at the prompt's last position
+    features: torch.Tensor  # [prompt_len, width]
+
+
+class PromptCache:
+    """Whole-prompt prefix caching: a prompt seen before skips its prefill.
+
+    Its KV, last logits and the features the proposer reads are copied into the
+    new slot, so what follows is exactly what a fresh prefill gives. Keyed by the
+    prompt's token ids and the feature layers; shared by engines of one target.
+    """
+
+    def __init__(self):
+        self.entries: dict[tuple, CachedPrompt] = {}
+        self.hits = self.misses = 0
+
+    def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
+        return (tuple(prompt_ids), feature_layers)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes for e in self.entries.values())
+
+
 class Engine:
     def __init__(
         self,
@@ -78,6 +105,7 @@ class Engine:
         max_seq_len: int | None = None,
         stop_ids: frozenset[int] = frozenset(),
         proposer: Proposer | None = None,
+        prompt_cache: PromptCache | None = None,
     ):
         if not 1 <= max_batch:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -92,6 +120,7 @@ class Engine:
         self.running: list[Request] = []  # running[i] lives in slot i
         self._ids = itertools.count()
         self.device = model.norm.weight.device
+        self.prompt_cache = prompt_cache
 
     # -- requests -----------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Request:
@@ -130,12 +159,31 @@ class Engine:
         slot = len(self.running)
         request.slot = slot
         self.running.append(request)
-        outputs = prefill(self.model, self.cache, slot, request.prompt_ids, self.proposer.feature_layers, PREFILL_CHUNK)
-        out = outputs[-1]
-        features = [self._features(o)[0] for o in outputs] if self.proposer.needs_features else []
-        token = sample_rows(out.logits[:, -1], [request.params], [request.generator])[0]
-        self.proposer.admit(slot, request, torch.cat(features) if features else None)
+        logits, features = self._prefill_slot(slot, request.prompt_ids)
+        token = sample_rows(logits[None], [request.params], [request.generator])[0]
+        self.proposer.admit(slot, request, features if self.proposer.needs_features else None)
         return self._emit(request, [token])
+
+    def _prefill_slot(self, slot: int, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Fill ``slot`` with the prompt's KV; returns the last logits [vocab] and the features [len, width]."""
+        pc, layers = self.prompt_cache, self.proposer.feature_layers
+        key = pc.key(prompt_ids, layers) if pc is not None else None
+        if pc is not None and key in pc.entries:
+            pc.hits += 1
+            hit = pc.entries[key]
+            n = len(prompt_ids)
+            self.cache.kv[:, slot, :, :n] = hit.kv
+            self.cache.lengths[slot] = n
+            return hit.logits, hit.features
+        outputs = prefill(self.model, self.cache, slot, prompt_ids, layers, PREFILL_CHUNK)
+        logits = outputs[-1].logits[0, -1]
+        keep = self.proposer.needs_features or pc is not None
+        features = torch.cat([self._features(o)[0] for o in outputs]) if keep else None
+        if pc is not None:
+            pc.misses += 1
+            n = len(prompt_ids)
+            pc.entries[key] = CachedPrompt(self.cache.kv[:, slot, :, :n].clone(), logits.clone(), features)
+        return logits, features
 
     def _decode_running(self) -> list[TokenEvent]:
         """One propose → verify → commit step for every running request."""

@@ -41,8 +41,7 @@ class EagleHead(nn.Module):
         c, w = self.config, self.fc.weight
         return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
 
-    @torch.no_grad()
-    def forward(
+    def forward(  # differentiable: the trainer calls it with a fresh cache; loaded heads have no grads
         self,
         target: Transformer,
         tokens: Tensor,  # [batch, q] the token after each feature's position

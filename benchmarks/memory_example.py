@@ -1,0 +1,65 @@
+"""The worked memory example of docs/memory.md: Llama-3.3-70B AWQ on 4×24 GB GPUs (tensor parallel 4).
+
+Plain decoding vs a Llama-3.2-1B draft model (bf16) vs the 70B EAGLE-2 head (bf16), and the head as vLLM
+0.7.3 had to run it (draft tensor parallel 1). Every figure comes from speculab.bench.memory; the
+assumptions are the constants below. The last stdout line is one JSON document.
+
+    .venv/bin/python benchmarks/memory_example.py
+"""
+
+from __future__ import annotations
+
+import json
+
+from speculab.bench.memory import eagle_head_parameters, estimate
+from speculab.models.config import CONFIGS
+
+MiB, GiB = 2**20, 2**30
+DEVICE_BYTES = 24_564 * MiB  # one RTX 4090 as nvidia-smi reports it (24564 MiB)
+GPU_MEMORY_UTILIZATION = 0.90  # vLLM's --gpu-memory-utilization
+OVERHEAD_BYTES = 2 * GiB  # per GPU: CUDA context, NCCL/cuBLAS workspaces, peak activations, CUDA graphs
+TENSOR_PARALLEL = 4
+DTYPE_BYTES = 2  # bf16/fp16: drafter weights and both KV caches
+
+MODES = {  # name: (drafter kind, drafter config, drafter tensor parallel)
+    "baseline": (None, None, None),
+    "draft": ("draft", CONFIGS["llama-3.2-1b"], None),
+    "eagle": ("eagle", None, None),
+    "eagle_draft_tp1": ("eagle", None, 1),
+}
+
+
+def main() -> None:
+    target = CONFIGS["llama-3.3-70b"]
+    results = {}
+    for name, (kind, drafter_cfg, drafter_tp) in MODES.items():
+        results[name] = estimate(
+            target, kind, drafter_cfg, DTYPE_BYTES, DEVICE_BYTES, TENSOR_PARALLEL,
+            target_weight_format="awq", memory_utilization=GPU_MEMORY_UTILIZATION,
+            overhead_bytes=OVERHEAD_BYTES, drafter_tensor_parallel=drafter_tp,
+        )
+    base_tokens = results["baseline"]["kv_capacity_tokens"]
+    for name, r in results.items():
+        tokens = r["kv_capacity_tokens"]
+        print(
+            f"{name:16s} weights/GPU {r['weights_bytes_per_device'] / 1e9:6.3f} GB  "
+            f"KV/token/GPU {r['kv_bytes_per_token_per_device']:6d} B  KV free/GPU {r['kv_free_bytes_per_device'] / 1e9:6.3f} GB  "
+            f"tokens {tokens:7d} ({tokens / r['session_tokens']:.2f} x 32k, {r['kv_capacity_sessions']} whole)  "
+            f"vs baseline {100 * (tokens / base_tokens - 1):+.1f}%"
+        )
+    summary = {
+        "assumptions": {
+            "device_bytes": DEVICE_BYTES, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+            "overhead_bytes_per_gpu": OVERHEAD_BYTES, "tensor_parallel": TENSOR_PARALLEL, "dtype_bytes": DTYPE_BYTES,
+            "target_weights": "AWQ int4, group 128, fp16 scales, 4-bit zeros; embedding/lm_head/norms fp16",
+        },
+        "eagle_head_parameters_with_fc_bias": eagle_head_parameters(target, fc_bias=True),
+        "modes": results,
+        "kv_capacity_change_vs_baseline": {n: r["kv_capacity_tokens"] / base_tokens - 1 for n, r in results.items()},
+        "kv_free_bytes_all_gpus": {n: r["kv_free_bytes_per_device"] * TENSOR_PARALLEL for n, r in results.items()},
+    }
+    print(json.dumps(summary, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""``speculab bench`` and ``speculab report``: argument parsing and the summary line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram")
+
+
+def add_bench_parsers(sub) -> None:
+    from speculab.runtime import DTYPES
+
+    b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
+    profile = b.add_mutually_exclusive_group()
+    profile.add_argument("--quick", dest="profile", action="store_const", const="quick",
+                         help="the default: 16 prompts, 32 output tokens, prompt cache on, 1 repeat (CPU, ~10 min)")
+    profile.add_argument("--full", dest="profile", action="store_const", const="full",
+                         help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)")
+    b.set_defaults(profile="quick")
+    b.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS),
+                   help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4")
+    b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
+    b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
+    b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)")
+    b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
+    b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")
+    b.add_argument("--prompt-cache", dest="prompt_cache", action="store_true", default=None,
+                   help="reuse each prompt's prefill across cells (default on in --quick)")
+    b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
+    b.add_argument("--model", default=None, help="target checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
+    b.add_argument("--dtype", choices=list(DTYPES), default=None)
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("report", help="rebuild report.md/report.html from a results.jsonl")
+    r.add_argument("results", type=Path)
+    r.add_argument("--out", type=Path, default=None, help="default: the results file's folder")
+    r.set_defaults(func=cmd_report)
+
+
+def config_from_args(args: argparse.Namespace):
+    from speculab.bench.methods import parse_method
+    from speculab.bench.runner import PROFILES, BenchConfig
+
+    profile = PROFILES[args.profile]
+    if any(b < 1 for b in args.batch_sizes):
+        raise ValueError("--batch-sizes must be positive")
+    chosen = {
+        "num_prompts": args.num_prompts or profile["num_prompts"],
+        "max_tokens": args.max_tokens or profile["max_tokens"],
+        "repeats": args.repeats or profile["repeats"],
+        "prompt_cache": profile["prompt_cache"] if args.prompt_cache is None else args.prompt_cache,
+    }
+    custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
+    methods = tuple(parse_method(m) for m in args.methods)
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
+    return BenchConfig(methods=methods, batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, seed=args.seed,
+                       workload=args.workload, profile=args.profile + ("+custom" if custom else ""), dtype=args.dtype,
+                       model=args.model, **chosen)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from speculab.bench.report import build_report, summary
+    from speculab.bench.runner import run_bench
+    from speculab.bench.workload import load_workload
+
+    cfg = config_from_args(args)
+    load_workload(cfg.workload)  # a bad workload fails before any model loads
+    results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    paths = build_report(results, args.out)
+    print(json.dumps({"results": str(results), **paths, **summary(results)}))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from speculab.bench.report import build_report, summary
+
+    if not args.results.is_file():
+        raise ValueError(f"{args.results}: no such results file")
+    paths = build_report(args.results, args.out or args.results.parent)
+    print(json.dumps({"results": str(args.results), **paths, **summary(args.results)}))
+    return 0

@@ -1,0 +1,140 @@
+"""Benchmark methods: ``name[:key=value,...]`` specs, their defaults, their drafters and their memory.
+
+Knows: each method's parameters and defaults (the shipped drafters of the
+embedded model are the default ``draft`` and ``eagle`` checkpoints), how to
+parse a spec from the command line, how to build its proposer through the
+proposer registry, and which drafter kind and config its memory estimate
+needs. Adding a method is one entry in ``METHODS``; nothing branches on names.
+
+Does not know: how cells are timed (``runner.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speculab.models.config import ModelConfig
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
+DEFAULT_EAGLE = ASSETS / "smollm2-135m-eagle"
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        shown = [str(v) for k, v in self.params.items() if k not in ("draft", "eagle")]
+        return f"{self.name}({','.join(shown)})" if shown else self.name
+
+
+@dataclass(frozen=True)
+class Method:
+    defaults: dict[str, Any]
+    build: Callable[[dict, Any], dict]  # (params, loaded target) -> proposer options
+    drafter: str | None = None  # the params key naming the drafter's folder
+    memory_kind: str | None = None  # drafter kind for bench.memory.estimate
+
+
+def _draft_options(p: dict, loaded) -> dict:
+    from speculab.models.loading import load_model
+    from speculab.models.tokenizer import Tokenizer
+    from speculab.runtime import DTYPES
+
+    path = _existing(p["draft"], "draft")
+    if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
+        raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
+    return {"model": load_model(path, DTYPES[loaded.dtype], loaded.device), "num_speculative_tokens": p["num_speculative_tokens"]}
+
+
+def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
+    def build(p: dict, loaded) -> dict:
+        import speculab.models.eagle3_head as e3
+        import speculab.models.eagle_head as e2
+
+        loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
+        head = loader(_existing(p["eagle"], "eagle"), loaded.model)
+        return {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
+                "num_draft_tokens": p["num_draft_tokens"]}
+
+    return build
+
+
+def _existing(path: str | Path, key: str) -> Path:
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise ValueError(f"{key}={path}: no checkpoint there (config.json missing); "
+                         f"train one with `speculab train {'eagle' if 'eagle' in key else 'draft'}` or pass {key}=PATH")
+    return path
+
+
+METHODS: dict[str, Method] = {
+    "baseline": Method({}, lambda p, loaded: {}),
+    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
+                    lambda p, loaded: dict(p)),
+    "draft": Method({"num_speculative_tokens": 4, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
+    "eagle": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "eagle": str(DEFAULT_EAGLE)},
+                    _eagle_options("eagle"), "eagle", "eagle"),
+    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
+}
+
+
+def _value(text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return text.lower() in ("1", "true", "yes")
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    return text
+
+
+def parse_method(text: str) -> MethodSpec:
+    """``eagle:num_steps=5,topk=8,num_draft_tokens=32`` -> MethodSpec; unknown names and keys are clear errors."""
+    name, _, rest = text.partition(":")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    params = dict(METHODS[name].defaults)
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or key not in params:
+            raise ValueError(f"{text!r}: {name} takes {', '.join(f'{k}=…' for k in params) or 'no parameters'}")
+        try:
+            params[key] = _value(value, METHODS[name].defaults[key])
+        except ValueError:
+            raise ValueError(f"{text!r}: {key} must be a {type(METHODS[name].defaults[key]).__name__}") from None
+    if METHODS[name].drafter and params.get(METHODS[name].drafter) is None:
+        raise ValueError(f"{name} needs {METHODS[name].drafter}=PATH")
+    return MethodSpec(name, params)
+
+
+def build_proposer(spec: MethodSpec, loaded):
+    from speculab.spec.proposer import make_proposer
+
+    options = {k: v for k, v in spec.params.items()}
+    return make_proposer(spec.name, **METHODS[spec.name].build(options, loaded))
+
+
+def drafter_path(spec: MethodSpec) -> Path | None:
+    key = METHODS[spec.name].drafter
+    return Path(spec.params[key]) if key else None
+
+
+def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
+    from speculab.bench.memory import estimate
+    from speculab.models.eagle_head import read_head_config
+
+    kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
+    drafter_cfg, options = None, {}
+    if kind == "draft":
+        drafter_cfg = ModelConfig.from_file(path / "config.json")
+    elif kind in ("eagle", "eagle3"):
+        raw, drafter_cfg, _ = read_head_config(path)
+        options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
+    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

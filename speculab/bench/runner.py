@@ -1,0 +1,284 @@
+"""``speculab bench``: methods × batch sizes on a workload, each cell appended to ``results.jsonl``.
+
+Knows: the profiles (``quick``: enough prompts to fill batch 16, short outputs,
+the prompts' prefill shared through a prompt cache; ``full``: the study's 100
+prompts × 600 tokens), warm-up, repeats (median tok/s), fixed seeds, what is
+measured per cell (tok/s in total and per request, TTFT, TPOT and ITL at p50
+and p99, τ and acceptance overall, per domain and per position, peak memory,
+greedy identity with the baseline), and resuming a killed run (cells already
+in ``results.jsonl`` for the run are skipped; a cut last line is dropped).
+
+Does not know: the report (``report.py``) or how proposers work.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from speculab.bench.memory import machine_memory_budget
+from speculab.bench.methods import METHODS, MethodSpec, build_proposer, drafter_path, memory_estimate
+from speculab.bench.testbed import model_record, testbed
+from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
+from speculab.engine import Engine, PromptCache, Request
+from speculab.sampling import SamplingParams
+from speculab.spec.proposer import make_proposer
+from speculab.spec.stats import SpecStats
+
+PROFILES = {
+    "quick": dict(num_prompts=16, max_tokens=32, repeats=1, prompt_cache=True),
+    "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False),
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    methods: tuple[MethodSpec, ...]
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    num_prompts: int = 16
+    max_tokens: int = 32
+    temperature: float = 0.0
+    repeats: int = 1
+    seed: int = 0
+    workload: str | None = None
+    profile: str = "quick"
+    dtype: str | None = None
+    model: str | None = None
+    prompt_cache: bool = True
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["methods"] = [m.label for m in self.methods]
+        d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
+        return d
+
+
+class ResultsFile:
+    """``results.jsonl``: one JSON object per line, appended and flushed as results arrive."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        records = []
+        for line in self.path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill
+        return records
+
+    def truncate_partial_line(self) -> None:
+        """A kill mid-write leaves a line without its newline: cut it, so the next record starts clean."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def append(self, record: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+
+# -- memory -----------------------------------------------------------------------------------
+def reset_peak_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak RSS
+    except OSError:
+        pass
+
+
+def peak_memory() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# -- one cell ---------------------------------------------------------------------------------
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    k = (len(values) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def _timings(requests: list[Request]) -> dict:
+    ttft = [r.ttft for r in requests if r.ttft is not None]
+    tpot, itl, per_request = [], [], []
+    for r in requests:
+        times = r.token_times
+        if len(times) > 1:
+            span = times[-1] - times[0]
+            tpot.append(span / (len(times) - 1))
+            per_request.append((len(times) - 1) / span if span > 0 else float("nan"))
+            emissions = sorted(set(times))  # tokens accepted together arrive together: one chunk
+            itl += [b - a for a, b in zip(emissions, emissions[1:])]
+    out = {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
+        out[f"{name}_p50_s"] = _percentile(values, 0.5)
+        out[f"{name}_p99_s"] = _percentile(values, 0.99)
+    return out
+
+
+def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
+    total, by_domain = SpecStats(), {}
+    for r, item in zip(requests, items):
+        total.merge(r.stats)
+        by_domain.setdefault(item.domain, SpecStats()).merge(r.stats)
+    return {
+        "tau": total.mean_acceptance_length, "acceptance_rate": total.acceptance_rate,
+        "acceptance_by_domain": {d: s.acceptance_rate for d, s in sorted(by_domain.items())},
+        "tau_by_domain": {d: s.mean_acceptance_length for d, s in sorted(by_domain.items())},
+        "accepted_per_position": total.accepted_per_position, "steps": total.steps,
+        "draft_tokens": total.draft_tokens, "accepted_tokens": total.accepted_tokens,
+    }
+
+
+def _agreement(outputs: list[list[int]], reference: list[list[int]]) -> float:
+    """Share of output tokens before the first divergence from the reference, over all prompts."""
+    same = total = 0
+    for a, b in zip(outputs, reference):
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        same += n
+        total += max(len(a), len(b))
+    return same / total if total else 1.0
+
+
+@dataclass
+class Target:
+    loaded: object
+    prompts: list[list[int]]
+    items: list[WorkloadItem]
+    cache: PromptCache | None
+    baseline_outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # batch size -> outputs
+
+
+def run_once(target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None) -> tuple[list[Request], float]:
+    lm = target.loaded
+    headroom = proposer.max_draft_tokens + 2
+    max_len = max(map(len, target.prompts)) + max(p.max_tokens for p in params) + headroom
+    engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache)
+    requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
+    start = time.perf_counter()
+    for r in requests:
+        r.arrival_time = start  # every request arrives at once; TTFT includes its wait for a slot
+    while engine.has_work:
+        events = engine.step()
+        if bar is not None:
+            bar.update(sum(len(e.token_ids) for e in events))
+    return requests, time.perf_counter() - start
+
+
+def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
+    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i)
+              for i in range(len(target.prompts))]
+    runs = []
+    reset_peak_memory()
+    for _ in range(cfg.repeats):
+        proposer = make_proposer(spec.name, **options)
+        requests, wall = run_once(target, proposer, batch_size, params, bar)
+        tokens = sum(len(r.output_ids) for r in requests)
+        runs.append((tokens / wall, wall, tokens, requests))
+    runs.sort(key=lambda run: run[0])
+    tok_s, wall, tokens, requests = runs[len(runs) // 2]  # the median repeat
+    outputs = [r.output_ids for r in requests]
+    if spec.name == "baseline":
+        target.baseline_outputs[batch_size] = outputs
+    reference = target.baseline_outputs.get(batch_size) or next(iter(target.baseline_outputs.values()), None)
+    greedy = cfg.temperature == 0 and reference is not None
+    return {
+        "kind": "cell", "method": spec.name, "label": spec.label, "params": spec.params, "batch_size": batch_size,
+        "num_prompts": len(requests), "repeats": cfg.repeats, "output_tokens": tokens, "wall_s": wall,
+        "tok_s": tok_s, "tok_s_repeats": sorted(run[0] for run in runs), **_timings(requests),
+        **_stats(requests, target.items), "peak_rss_bytes": peak_memory(),
+        "greedy_identical": (outputs == reference) if greedy else None,
+        "agreement": _agreement(outputs, reference) if greedy else None,
+        "prompt_cache": target.cache is not None, "stopped": sum(r.finish_reason == "stop" for r in requests),
+        **({"outputs": outputs} if spec.name == "baseline" else {}),
+    }
+
+
+# -- the matrix -------------------------------------------------------------------------------
+def _prepare(cfg: BenchConfig):
+    from speculab import runtime
+
+    loaded = runtime.load(cfg.model, cfg.dtype)
+    items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
+    prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
+    return loaded, items, prompts
+
+
+def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool) -> dict:
+    dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
+    budget = machine_memory_budget()
+    memory, drafters = {}, {}
+    for spec in cfg.methods:
+        memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget)
+        if (path := drafter_path(spec)) is not None:
+            drafters[spec.label] = model_record(path)
+    return {"kind": "run", "run_id": run_id, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "resumed": resumed, "config": cfg.record() | {"dtype": loaded.dtype},
+            "testbed": testbed(), "models": {"target": model_record(loaded.path), "drafters": drafters}, "memory": memory}
+
+
+def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsFile(out / "results.jsonl")
+    previous = results.read()
+    if previous and not resume:
+        raise FileExistsError(f"{results.path} exists: pass --resume to continue that run, or another --out")
+    runs = [r for r in previous if r.get("kind") == "run"]
+    run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
+    done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
+    results.truncate_partial_line()
+
+    loaded, items, prompts = _prepare(cfg)
+    results.append(_run_record(cfg, run_id, loaded, resumed=bool(done)))
+    target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
+    for r in previous:  # a resumed run still checks greedy identity against the baseline it measured
+        if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("method") == "baseline" and "outputs" in r:
+            target.baseline_outputs[r["batch_size"]] = r["outputs"]
+    specs = sorted(cfg.methods, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
+    todo = [(s, b) for s in specs for b in cfg.batch_sizes if (s.label, b) not in done]
+    _warm_up(target, specs, cfg, progress)
+    planned = len(todo) * len(prompts) * cfg.max_tokens * cfg.repeats
+    options_of: dict[str, dict] = {}
+    with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
+        for spec, batch_size in todo:
+            if spec.label not in options_of:
+                options_of[spec.label] = METHODS[spec.name].build(dict(spec.params), loaded)
+            bar.set_postfix_str(f"{spec.label} b{batch_size}")
+            cell = measure_cell(target, spec, options_of[spec.label], batch_size, cfg, bar)
+            results.append({"run_id": run_id, **cell})
+    return results.path
+
+
+def _warm_up(target: Target, specs: list[MethodSpec], cfg: BenchConfig, progress: bool) -> None:
+    """Fill the prompt cache (timed: the prefill figure of the run) and run each method once, briefly."""
+    lm = target.loaded
+    if target.cache is not None:
+        engine = Engine(lm.model, 1, max(map(len, target.prompts)) + 4, lm.tokenizer.stop_ids, None, target.cache)
+        for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
+            engine.generate([ids], SamplingParams(max_tokens=1))
+    for spec in specs:
+        proposer = build_proposer(spec, lm)
+        run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

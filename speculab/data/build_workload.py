@@ -1,0 +1,109 @@
+"""Build the benchmark workload: 100 coding prompts from pinned real code, byte-identically.
+
+Knows: the workload's make-up (34 Python, 33 TypeScript, 33 SQL prompts; the
+tasks of each domain; about 1,200 target tokens a prompt) and how to draw it
+deterministically from the benchmark share of the sources. Run it with
+``python -m speculab.data.build_workload`` (``--check`` compares with the shipped
+file instead of writing it).
+
+Does not know: how the workload is run (``speculab.bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+from speculab.data.prompts import TEMPLATES, code_prompt, pick_window
+from speculab.data.sources import SOURCES, Source, is_benchmark_file, iter_files, source_record
+from speculab.data.tpc import TPC_SPECS, TPC_TEMPLATE
+
+SEED = 20261130
+WORKLOAD_PATH = Path(__file__).resolve().parent.parent / "bench" / "data" / "workload.jsonl"
+# (source name, number of prompts); TPC-style schemas fill SQL up to 33
+PLAN: tuple[tuple[str, int], ...] = (
+    ("cpython-stdlib", 34),
+    ("typescript", 9), ("rxjs", 8), ("zod", 9), ("@tanstack/query-core", 7),
+    ("pglast", 30),
+)
+CODE_TOKENS = (850, 1250)  # code window, target tokens; the instruction and chat template add ~60-80
+
+
+def _source(name: str) -> Source:
+    return next(s for s in SOURCES if s.name == name)
+
+
+def _chat_tokens(tokenizer, text: str) -> int:
+    return len(tokenizer.encode_chat([{"role": "user", "content": text}]))
+
+
+def build(tokenizer) -> list[dict]:
+    rng = random.Random(SEED)
+    records: list[dict] = []
+    count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+    for name, wanted in PLAN:
+        source = _source(name)
+        tasks = list(TEMPLATES[source.domain])
+        files = [f for f in iter_files(source) if is_benchmark_file(f.file_id)]
+        rng.shuffle(files)
+        taken = 0
+        for file in files:
+            if taken == wanted:
+                break
+            window = pick_window(file.text, count, rng, *CODE_TOKENS)
+            if window is None:
+                continue
+            task = tasks[taken % len(tasks)]
+            content = code_prompt(file, task, window)
+            records.append({
+                "domain": source.domain, "task": task,
+                "messages": [{"role": "user", "content": content}],
+                "source": file.file_id, "license": source.license,
+                "prompt_tokens": _chat_tokens(tokenizer, content),
+            })
+            taken += 1
+        if taken < wanted:
+            raise SystemExit(f"{source.label}: only {taken} of {wanted} benchmark files have a usable window")
+    for name, spec in TPC_SPECS.items():
+        content = TPC_TEMPLATE.format(spec=spec)
+        records.append({"domain": "sql", "task": "schema", "messages": [{"role": "user", "content": content}],
+                        "source": f"speculab:{name}", "license": "Apache-2.0 (written for speculab)",
+                        "prompt_tokens": _chat_tokens(tokenizer, content)})
+    counters: dict[str, int] = {}
+    for r in records:
+        counters[r["domain"]] = counters.get(r["domain"], 0) + 1
+        r["id"] = f"{r['domain']}-{counters[r['domain']]:03d}"
+    return [{"id": r.pop("id"), **r} for r in records]
+
+
+def dumps(records: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=False) + "\n" for r in records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=WORKLOAD_PATH)
+    parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
+    args = parser.parse_args(argv)
+    from speculab.models.embedded import ensure_embedded_model
+    from speculab.models.tokenizer import Tokenizer
+
+    text = dumps(build(Tokenizer(ensure_embedded_model())))
+    if args.check:
+        same = args.out.exists() and args.out.read_text(encoding="utf-8") == text
+        print("identical" if same else f"{args.out} differs from a fresh build")
+        return 0 if same else 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    sources = {s.label: source_record(s) for s in SOURCES}
+    (args.out.parent / "workload.sources.json").write_text(json.dumps(
+        {"seed": SEED, "python": sys.version.split()[0], "sources": sources}, indent=1) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

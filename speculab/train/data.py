@@ -1,0 +1,175 @@
+"""Training data for drafters: code prompts from the training share, answered by the target.
+
+Knows: how to draw training prompts (the same task templates as the benchmark,
+from files the benchmark never uses: ``sources.is_benchmark_file``), how to
+have the target answer them (self-distillation: greedy for some, sampled for
+others) with speculab's own engine, and how to store the resulting token
+sequences so that a killed run resumes where it stopped.
+
+The target's features come for free while it answers: a recording proposer
+(drafts nothing, so decoding is plain) receives the hidden states of the
+prompt at prefill and of every emitted token after, through the engine's
+ordinary proposer hooks. Sequence i's features are stored as tensor ``"<id>"``
+[num_tokens - 1, width] in a safetensors shard per batch of prompts: position t
+holds the target's state after reading token t.
+
+Does not know: losses (``eagle.py``, ``draft.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from speculab.data.prompts import TEMPLATES, code_prompt, pick_window
+from speculab.data.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
+from speculab.sampling import SamplingParams
+from speculab.spec.proposer import Proposer
+
+DOMAIN_SHARE = {"python": 0.4, "typescript": 0.35, "sql": 0.25}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    num_prompts: int = 144
+    prompt_tokens: tuple[int, int] = (200, 400)  # code window, target tokens
+    response_tokens: int = 160
+    sampled_share: float = 0.5  # this share of prompts is answered at temperature 0.8, the rest greedily
+    seed: int = 0
+
+
+def training_files(domain: str) -> list[SourceFile]:
+    """The domain's files outside the benchmark share, in sorted order."""
+    return [f for s in SOURCES if s.domain == domain for f in iter_files(s) if not is_benchmark_file(f.file_id)]
+
+
+def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
+    rng = random.Random(spec.seed)
+    count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+    prompts: list[dict] = []
+    for domain, share in DOMAIN_SHARE.items():
+        files = training_files(domain)
+        rng.shuffle(files)
+        wanted = round(spec.num_prompts * share)
+        tasks = list(TEMPLATES[domain])
+        for file in files:
+            if sum(p["domain"] == domain for p in prompts) == wanted:
+                break
+            window = pick_window(file.text, count, rng, *spec.prompt_tokens)
+            if window is None:
+                continue
+            task = tasks[len(prompts) % len(tasks)]
+            content = code_prompt(file, task, window)
+            prompts.append({"id": f"train-{len(prompts):05d}", "domain": domain, "task": task,
+                            "source": file.file_id, "prompt_ids": tokenizer.encode_chat([{"role": "user", "content": content}])})
+    return prompts
+
+
+def read_sequences(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: dropped, regenerated on resume
+            break
+    return records
+
+
+def _groups(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class FeatureRecorder(Proposer):
+    """Drafts nothing; keeps the target's features of every request it sees."""
+
+    needs_features = True
+
+    def __init__(self, feature_layers: tuple[int, ...] = ()):
+        self.feature_layers = feature_layers
+        self.request_in_slot: dict[int, int] = {}
+        self.features: dict[int, list[torch.Tensor]] = {}
+
+    def admit(self, slot, request, features=None) -> None:
+        self.request_in_slot[slot] = request.id
+        self.features[request.id] = [features.float().cpu()]
+
+    def observe(self, slot, features) -> None:
+        self.features[self.request_in_slot[slot]].append(features.float().cpu())
+
+    def move(self, src, dst) -> None:
+        self.request_in_slot[dst] = self.request_in_slot.pop(src)
+
+    def release(self, slot) -> None:
+        self.request_in_slot.pop(slot, None)
+
+    def take(self, request_id: int) -> torch.Tensor:
+        return torch.cat(self.features.pop(request_id))
+
+
+def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16,
+                       feature_layers: tuple[int, ...] = ()) -> list[dict]:
+    """Answer the training prompts with the target, recording its features; resumes from ``out_dir``."""
+    from speculab.engine import Engine
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = out_dir / "sequences.jsonl"
+    done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
+    index.write_text("".join(json.dumps(r) + "\n" for r in done))  # drop a cut last line
+    prompts = draw_prompts(loaded.tokenizer, spec)
+    todo = prompts[len(done):]
+    if not todo:
+        return done
+    max_len = max(len(p["prompt_ids"]) for p in prompts) + spec.response_tokens + 8
+    recorder = FeatureRecorder(feature_layers)
+    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len,
+                    stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
+    rng = random.Random(spec.seed + 1 + len(done))
+    with tqdm(total=len(prompts), initial=len(done), desc="self-distillation", unit="prompt") as bar:
+        for group in _groups(todo, batch_size):
+            params = [SamplingParams(max_tokens=spec.response_tokens,
+                                     temperature=0.8 if rng.random() < spec.sampled_share else 0.0,
+                                     seed=rng.randrange(1 << 30)) for _ in group]
+            requests = engine.generate([g["prompt_ids"] for g in group], params)
+            shard = f"features-{len(done):05d}.safetensors"
+            tensors, records = {}, []
+            for prompt, request, p in zip(group, requests, params):
+                tensors[prompt["id"]] = recorder.take(request.id).contiguous()
+                records.append({**prompt, "response_ids": request.output_ids,
+                                "temperature": p.temperature, "features_file": shard})
+            save_file(tensors, out_dir / shard)
+            with index.open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+            done += records
+            bar.update(len(group))
+    return done
+
+
+def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tensor]:
+    """Sequence id -> [num_tokens - 1, width] features."""
+    features: dict[str, torch.Tensor] = {}
+    for shard in sorted({s["features_file"] for s in sequences}):
+        features.update(load_file(out_dir / shard))
+    return features
+
+
+def data_manifest(sequences: list[dict], spec: DataSpec) -> dict:
+    files = sorted({s["source"] for s in sequences})
+    return {
+        "spec": spec.__dict__,
+        "num_sequences": len(sequences),
+        "num_tokens": sum(len(s["prompt_ids"]) + len(s["response_ids"]) for s in sequences),
+        "response_tokens": sum(len(s["response_ids"]) for s in sequences),
+        "sampled_responses": sum(s["temperature"] > 0 for s in sequences),
+        "sources": [source_record(s) for s in SOURCES],
+        "files": files,
+    }

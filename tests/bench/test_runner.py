@@ -1,0 +1,113 @@
+"""``speculab bench`` end to end on tiny checkpoints: cells, identity, report, resume, errors."""
+
+import json
+
+import pytest
+
+from speculab.bench import runner
+from speculab.cli import main
+from speculab.engine import Engine, PromptCache
+from speculab.sampling import SamplingParams
+from tests.helpers import save_tiny_checkpoint, tiny_model
+
+DOMAINS = ("python", "typescript", "sql")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    target = save_tiny_checkpoint(root / "target", seed=1)
+    draft = save_tiny_checkpoint(root / "draft", seed=1, num_hidden_layers=1)
+    workload = root / "workload.jsonl"
+    lines = []
+    for i in range(6):
+        words = " ".join(f"w{3 + (i * 7 + j * 3) % 200}" for j in range(12 + i))
+        lines.append(json.dumps({"id": f"p{i}", "domain": DOMAINS[i % 3], "task": "refactor",
+                                 "messages": [{"role": "user", "content": words}]}))
+    workload.write_text("\n".join(lines) + "\n")
+    return root, target, draft, workload
+
+
+def bench_args(setup, out, *extra):
+    root, target, draft, workload = setup
+    return ["bench", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--methods", "baseline",
+            "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3", f"draft:draft={draft}",
+            "--batch-sizes", "1", "2", "--num-prompts", "6", "--max-tokens", "8", "--out", str(out), "--no-progress", *extra]
+
+
+def cells(out):
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"cell"' in line]
+
+
+def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(bench_args(setup, out)) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = cells(out)
+    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(3,1,3)", "draft(4)") for b in (1, 2)}
+    for c in rows:
+        assert c["greedy_identical"] is True and c["agreement"] == 1.0  # lossless, fp32
+        assert c["output_tokens"] > 0 and c["tok_s"] > 0 and c["ttft_p50_s"] > 0
+        assert set(c["acceptance_by_domain"]) == set(DOMAINS)
+        if c["method"] == "baseline":
+            assert c["tau"] == 1.0 and c["acceptance_rate"] is None
+    draft = next(c for c in rows if c["method"] == "draft")
+    assert draft["draft_tokens"] > 0 and draft["tau"] >= 1.0
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+    assert summary["results"] == str(out / "results.jsonl")
+    base = {c["batch_size"]: c["tok_s"] for c in rows if c["method"] == "baseline"}
+    for c in rows:
+        got = summary["cells"][c["label"]][str(c["batch_size"])]
+        assert got["speedup"] == pytest.approx(c["tok_s"] / base[c["batch_size"]])
+
+
+def test_killed_run_resumes_and_loses_only_the_cell_in_flight(setup, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real = runner.measure_cell
+    calls = {"n": 0}
+
+    def dies_on_the_fourth(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "measure_cell", dies_on_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        main(bench_args(setup, out))
+    assert len(cells(out)) == 3
+    with open(out / "results.jsonl", "a") as f:
+        f.write('{"kind": "cell", "run_id": "cut mid-wri')  # a kill in the middle of a write
+    monkeypatch.setattr(runner, "measure_cell", real)
+    assert main(bench_args(setup, out)) == 2  # without --resume an existing run is never overwritten
+    assert main(bench_args(setup, out, "--resume")) == 0
+    rows = cells(out)
+    keys = [(c["label"], c["batch_size"]) for c in rows]
+    assert len(keys) == 6 and len(set(keys)) == 6
+    assert len({c["run_id"] for c in rows}) == 1
+    assert all(c["greedy_identical"] for c in rows)  # the baseline's outputs were recovered from the file
+
+
+def test_unknown_method_and_bad_workload_are_clear_errors(setup, tmp_path, capsys):
+    root, target, draft, workload = setup
+    assert main(["bench", "--methods", "medusa", "--out", str(tmp_path / "a")]) == 2
+    assert "unknown method 'medusa'" in capsys.readouterr().err
+    assert main(["bench", "--methods", "eagle:topk=x", "--out", str(tmp_path / "a")]) == 2
+    assert "topk must be a int" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "w5 w6"}\n{"id": "b", "messages": "not a list"}\n')
+    assert main(["bench", "--workload", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_prompt_cache_reproduces_a_fresh_prefill():
+    model = tiny_model(seed=2)
+    prompts = [list(range(5, 40)), list(range(50, 61)), list(range(5, 40))]
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    fresh = Engine(model, 2, 128).generate(prompts, params)
+    cache = PromptCache()
+    first = Engine(model, 2, 128, prompt_cache=cache).generate(prompts, params)
+    second = Engine(model, 3, 128, prompt_cache=cache).generate(prompts, params)
+    assert [r.output_ids for r in first] == [r.output_ids for r in second] == [r.output_ids for r in fresh]
+    assert cache.misses == 2 and cache.hits == 1 + 3

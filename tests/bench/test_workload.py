@@ -1,0 +1,86 @@
+"""The shipped workload: schema, make-up, statistics, provenance, and disjointness from training data."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+from speculab.bench.workload import SHIPPED, WorkloadError, interleave_domains, load_workload
+from speculab.data.prompts import TEMPLATES
+from speculab.data.sources import SOURCES, is_benchmark_file
+
+RECORDS = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
+
+
+def test_schema_and_make_up():
+    items = load_workload()
+    assert len(items) == len(RECORDS) == 100
+    assert Counter(i.domain for i in items) == {"python": 34, "typescript": 33, "sql": 33}
+    assert len({i.id for i in items}) == 100
+    for r in RECORDS:
+        assert {"id", "domain", "task", "messages", "source", "license", "prompt_tokens"} <= set(r)
+        assert r["task"] in TEMPLATES[r["domain"]]
+        assert [m["role"] for m in r["messages"]] == ["user"]
+
+
+def test_prompt_length_statistics():
+    lengths = [r["prompt_tokens"] for r in RECORDS]
+    assert 1100 <= sum(lengths) / len(lengths) <= 1300  # about 1,200 target tokens a prompt
+    assert min(lengths) >= 700 and max(lengths) <= 1500
+
+
+def test_sources_and_licenses_are_recorded():
+    labels = {s.label: s for s in SOURCES}
+    meta = json.loads((SHIPPED.parent / "workload.sources.json").read_text())
+    assert set(meta["sources"]) == set(labels)
+    for r in RECORDS:
+        if r["source"].startswith("speculab:"):
+            continue
+        label = r["source"].rsplit(":", 1)[0]
+        assert r["license"] == labels[label].license
+        assert labels[label].domain == r["domain"]
+    assert len({r["source"] for r in RECORDS}) == 100  # one prompt per file
+
+
+def test_workload_files_are_in_the_benchmark_share():
+    for r in RECORDS:
+        assert r["source"].startswith("speculab:") or is_benchmark_file(r["source"]), r["source"]
+
+
+@pytest.mark.parametrize("asset", [DEFAULT_EAGLE, DEFAULT_DRAFT], ids=["eagle", "draft"])
+def test_shipped_drafters_never_trained_on_a_workload_file(asset):
+    files = json.loads((Path(asset) / "training_files.json").read_text())
+    assert files, "the shipped drafter records the files it was trained on"
+    workload_files = {r["source"] for r in RECORDS}
+    assert not workload_files & set(files)
+    assert not any(is_benchmark_file(f) for f in files)
+
+
+def test_the_split_is_by_file_and_stable():
+    ids = [f"pglast@8.8:x/{i}.sql" for i in range(2000)]
+    share = sum(map(is_benchmark_file, ids)) / len(ids)
+    assert 0.15 < share < 0.25
+    assert [is_benchmark_file(i) for i in ids] == [is_benchmark_file(i) for i in ids]
+
+
+def test_plain_prompt_workloads_and_errors(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"prompt": "hello"}\n\n{"id": "x", "domain": "sql", "prompt": "select 1"}\n')
+    items = load_workload(path)
+    assert [i.id for i in items] == ["line-1", "x"] and items[0].message_dicts() == [{"role": "user", "content": "hello"}]
+    path.write_text('{"prompt": "a"}\n{not json}\n')
+    with pytest.raises(WorkloadError, match=r"w.jsonl:2: not valid JSON"):
+        load_workload(path)
+    path.write_text('{"id": "a", "prompt": "a"}\n{"id": "a", "prompt": "b"}\n')
+    with pytest.raises(WorkloadError, match="duplicate id"):
+        load_workload(path)
+    with pytest.raises(WorkloadError, match="no such workload"):
+        load_workload(tmp_path / "none.jsonl")
+
+
+def test_interleaving_covers_every_domain():
+    picked = interleave_domains(load_workload(), 16)
+    assert len(picked) == 16
+    assert Counter(i.domain for i in picked) == {"python": 6, "typescript": 5, "sql": 5}
