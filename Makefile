@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml
 model: $(STAMP)
 	$(BIN)/speculab fetch
 
-# The main job. Until the benchmark issue lands: a demo on the embedded model, plain decoding
-# against prompt-lookup speculation on a coding prompt (identical tokens, acceptance, speedup).
+# The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram × batch sizes 1-16) on the
+# embedded model with its shipped drafters, then report.md / report.html with plots. Each run gets its own
+# folder under runs/ (nothing is overwritten); `speculab bench --resume --out DIR` continues a killed run.
+BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
 bench: setup
-	$(BIN)/speculab generate --chat --max-tokens 128 --json --method ngram --compare-baseline \
-	  --prompt "Write unit tests with pytest for this function: def slugify(text): return re.sub(r'[^a-z0-9]+', '-', text.lower()).strip('-')"
+	$(BIN)/speculab bench --quick --out $(BENCH_OUT)
 
 test: setup
 	$(BIN)/python -m pytest -q
@@ -39,7 +40,7 @@ compare: setup
 ASSETS := speculab/assets
 assets: setup
 	$(BIN)/speculab train data
-	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 55 --warmup-steps 20 $(RESUME) &
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 50 --warmup-steps 20 $(RESUME) &
 	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 5000 --max-minutes 40 --warmup-steps 20 $(RESUME) ; wait
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).

@@ -34,7 +34,13 @@ def build_proposer(args: argparse.Namespace, loaded):
     from speculab.runtime import DTYPES
     from speculab.spec.proposer import make_proposer
 
+    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+
+    shipped = {"--draft PATH": DEFAULT_DRAFT, "--eagle PATH": DEFAULT_EAGLE}
+
     def need(flag: str, value):
+        if value is None and args.model is None and args.method != "eagle3":
+            return shipped[flag]  # the embedded model's shipped drafters
         if value is None:
             raise ValueError(f"--method {args.method} needs {flag}")
         return value
@@ -211,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # recorded by commands that write manifests
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:

@@ -191,6 +191,21 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
 REFERENCE_VENV = "eagle-ref-venv"  # under speculab's cache: torch + transformers + eagle-llm 1.2.1 (--no-deps)
 
 
+def reference_head_folder(head: Path, scratch: Path) -> Path:
+    """The head as the reference code reads it: it loads only ``pytorch_model.bin``, so a safetensors-only
+    head (speculab's trained heads) is written out once as a state dict in a scratch folder."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    if (head / "pytorch_model.bin").exists():
+        return head
+    scratch.mkdir(parents=True, exist_ok=True)
+    shutil.copy(head / "config.json", scratch / "config.json")
+    torch.save({k: v.float() for k, v in load_file(head / "model.safetensors").items()}, scratch / "pytorch_model.bin")
+    return scratch
+
+
 def compare_eagle_reference(args: argparse.Namespace) -> dict:
     """speculab's EAGLE (the reference's static tree, and EAGLE-2's dynamic tree) against the EAGLE reference code."""
     import json
@@ -217,7 +232,8 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     runner = Path(__file__).with_name("eagle_reference_runner.py")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts[0], f)
-    cmd = [str(python), str(runner), "--base", str(loaded.path), "--head", str(args.eagle), "--prompt-ids-file", f.name,
+    head_dir = reference_head_folder(Path(args.eagle), Path(tempfile.mkdtemp(prefix="speculab-eagle-ref-")))
+    cmd = [str(python), str(runner), "--base", str(loaded.path), "--head", str(head_dir), "--prompt-ids-file", f.name,
            "--max-new-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--tree", args.tree,
            "--threads", str(torch.get_num_threads()), "--dtype", loaded.dtype]
     if args.reference_path:

@@ -50,14 +50,18 @@ class EagleHead(nn.Module):
         cache: KVCache,
     ) -> tuple[Tensor, Tensor]:
         """Returns (logits [batch, q, vocab] through the target's lm_head, hidden [batch, q, hidden])."""
+        hidden = self.hidden(target, tokens, features, batch, cache)
+        return target.lm_head(hidden.to(target.dtype)), hidden
+
+    def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
+        """The head's output features [batch, q, hidden], before the lm_head."""
         embed = self.embed_tokens if self.embed_tokens is not None else target.embed_tokens
         dtype = self.fc.weight.dtype
         x = self.fc(torch.cat([embed(tokens).to(dtype), features.to(dtype)], dim=-1))
         batch.prepare(self.config)
         cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
         mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, dtype)
-        hidden = self.layer(x, cache.layer(0), batch, cos, sin, mask)
-        return target.lm_head(hidden.to(target.dtype)), hidden
+        return self.layer(x, cache.layer(0), batch, cos, sin, mask)
 
 
 def read_head_config(folder: Path) -> tuple[dict, ModelConfig, Path]:

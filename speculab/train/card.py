@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import platform
 import shlex
-import sys
 from pathlib import Path
 
 import torch
@@ -95,9 +94,10 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         f"- Command: `{' '.join(command)}`", "",
         f"![loss curve]({plot})", "",
         "## Acceptance (held-out prompts from the training share, greedy)", "",
+        *(["- not measured (`--eval-prompts 0`)."] if not acc["prompts"] else [
         f"- τ (mean acceptance length, bonus token included): {acc['mean_acceptance_length']:.3f}",
         f"- acceptance rate: {'n/a' if rate is None else f'{rate:.3f}'}; accepted per position: {acc['accepted_per_position']}",
-        f"- {acc['prompts']} prompts × {acc['max_tokens']} tokens; output identical to plain decoding: {acc['identical_to_baseline']}",
+        f"- {acc['prompts']} prompts × {acc['max_tokens']} tokens; output identical to plain decoding: {acc['identical_to_baseline']}"]),
         "", "Benchmark figures on the benchmark workload are in the repository's BENCHMARKS.md.", "",
     ]
     path = out / "README.md"
@@ -105,5 +105,5 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
     return path
 
 
-def command_line() -> list[str]:
-    return ["speculab", *sys.argv[1:]]
+def command_line(argv: list[str]) -> list[str]:
+    return ["speculab", *argv]

@@ -85,7 +85,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
 
     torch.manual_seed(args.seed)
-    command = command_line()
+    command = command_line(args.argv)
     started = time.perf_counter()
     loaded = runtime.load(args.target, dtype="float32", device=args.device)
     spec, sequences, items, data = _data(args, loaded)
@@ -113,8 +113,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     history = loop.read_log(state_dir)
     (args.out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     plot_losses(history, metrics, args.out / "loss.png", f"speculab train {args.kind}: {loaded.path.name}")
-    proposer = load_for_eval(args.out, loaded)
-    acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
+    if args.eval_prompts > 0:
+        proposer = load_for_eval(args.out, loaded)
+        acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
+    else:
+        acceptance = {"prompts": 0, "max_tokens": 0, "mean_acceptance_length": None, "acceptance_rate": None,
+                      "accepted_per_position": [], "identical_to_baseline": None}
     loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
                     "final": history[-1] if history else {}}
     card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),

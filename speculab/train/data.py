@@ -125,6 +125,8 @@ def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 
     index = out_dir / "sequences.jsonl"
     done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
     index.write_text("".join(json.dumps(r) + "\n" for r in done))  # drop a cut last line
+    if len(done) >= spec.num_prompts:
+        return done[: spec.num_prompts]
     prompts = draw_prompts(loaded.tokenizer, spec)
     todo = prompts[len(done):]
     if not todo:

@@ -41,12 +41,12 @@ def test_training_steps_reduce_the_loss(tmp_path):
     head = new_head(target, seed=0)
     batch = make_batch(items[:4])
     with torch.no_grad():
-        before = float(head_loss(head, target, batch, noise=False)[0])
+        before = float(head_loss(head, target, batch, noise=False, token_loss_share=1.0)[0])
     cfg = loop.LoopConfig(steps=60, lr=3e-3, warmup_steps=5, checkpoint_every=20)
     stream = lambda start: (make_batch(g) for g in batches_by_tokens(items, 4 * 64, seed=0))  # noqa: E731
     result = loop.run(head, stream, lambda b: head_loss(head, target, b), cfg, tmp_path)
     with torch.no_grad():
-        after = float(head_loss(head, target, batch, noise=False)[0])
+        after = float(head_loss(head, target, batch, noise=False, token_loss_share=1.0)[0])
     assert result.steps_done == 60 and result.finished
     assert after < 0.85 * before, (before, after)
     assert (tmp_path / loop.CHECKPOINT).exists() and len(loop.read_log(tmp_path)) == 60

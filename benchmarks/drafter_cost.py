@@ -1,0 +1,63 @@
+"""Cost of a drafter's step against one target forward, after a 1,200-token context (fp32, batch 1).
+
+- draft model: one forward of one token on its own KV cache (a chain drafts one token per forward);
+- EAGLE head: one head step over ``topk`` frontier nodes (one step of the EAGLE-2 tree), lm_head included.
+Medians of 20, interleaved. Usage: python benchmarks/drafter_cost.py [DRAFT_DIR EAGLE_DIR].
+The last stdout line is one JSON document.
+"""
+
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+from speculab.models.eagle_head import load_eagle_head
+from speculab.models.llama import causal_batch, prefill
+from speculab.models.loading import load_model
+from speculab.runtime import load
+
+CONTEXT, TOPK = 1200, 8
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    draft_dir, eagle_dir = (sys.argv[1:3] if len(sys.argv) > 2 else (DEFAULT_DRAFT, DEFAULT_EAGLE))
+    target = load(None, "float32").model
+    draft = load_model(draft_dir, torch.float32)
+    head = load_eagle_head(eagle_dir, target)
+    context = torch.randint(0, target.config.vocab_size, (CONTEXT,)).tolist()
+    t_cache, d_cache = target.new_cache(1, CONTEXT + 64), draft.new_cache(1, CONTEXT + 64)
+    prefill(target, t_cache, 0, context)
+    prefill(draft, d_cache, 0, context)
+    h_cache = head.new_cache(1, CONTEXT + 64)
+    h_cache.lengths[0] = CONTEXT  # the head's cache holds the context's entries (values do not change the cost)
+    one = torch.tensor([[context[0]]])
+    nodes = torch.tensor([context[:TOPK]])
+    feats = torch.randn(1, TOPK, target.config.hidden_size)
+    runs = {"target": [], "draft": [], "eagle_step": []}
+    for _ in range(20):
+        batch = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1)
+        runs["target"].append(timed(lambda: target(one, batch, t_cache)))
+        runs["draft"].append(timed(lambda: draft(one, causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1), d_cache)))
+        hb = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), TOPK)
+        with torch.no_grad():
+            runs["eagle_step"].append(timed(lambda: head(target, nodes, feats, hb, h_cache)))
+    ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
+    result = {"context": CONTEXT, "topk": TOPK, "ms": ms,
+              "draft_token_cost": ms["draft"] / ms["target"], "eagle_step_cost": ms["eagle_step"] / ms["target"],
+              "draft_parameters": sum(p.numel() for p in draft.parameters()),
+              "eagle_parameters": sum(p.numel() for p in head.parameters())}
+    print({k: f"{v:.2f} ms" for k, v in ms.items()}, file=sys.stderr)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""``speculab train eagle|draft`` end to end on a tiny target with a ready data cache (no sources needed)."""
+
+import json
+
+import pytest
+from safetensors.torch import save_file
+
+from speculab.cli import main
+from speculab.models.eagle_head import load_eagle_head
+from speculab.models.loading import load_model
+from speculab.train.data import DataSpec
+from tests.helpers import save_tiny_checkpoint
+from tests.train.test_eagle_train import sequences_with_features
+
+
+@pytest.fixture(scope="module")
+def target_and_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    target = save_tiny_checkpoint(root / "target", seed=1)
+    data = root / "data"
+    data.mkdir()
+    items = sequences_with_features(load_model(target), n=4)
+    records, tensors = [], {}
+    for i, (ids, feats) in enumerate(items):
+        records.append({"id": f"train-{i:05d}", "domain": "python", "task": "refactor", "source": f"cpython-stdlib@3.11.7:x{i}.py",
+                        "prompt_ids": ids[:40], "response_ids": ids[40:], "temperature": 0.0, "features_file": "f.safetensors"})
+        tensors[f"train-{i:05d}"] = feats.contiguous()
+    save_file(tensors, data / "f.safetensors")
+    (data / "sequences.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    spec = DataSpec(num_prompts=4, response_tokens=24)
+    (data / "spec.json").write_text(json.dumps(spec.__dict__))
+    return target, data
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft"])
+def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_path, capsys, kind):
+    target, data = target_and_data
+    out = tmp_path / kind
+    extra = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else []
+    args = ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
+            "--response-tokens", "24", "--steps", "4", "--checkpoint-every", "2", "--batch-tokens", "256",
+            "--eval-prompts", "0", *extra]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["steps"] == 4
+    for name in ("README.md", "loss.png", "manifest.json", "training_files.json", "model.safetensors", "config.json"):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["command"].startswith(f"speculab train {kind}") and "model.safetensors" in manifest["files"]
+    assert manifest["data"]["num_sequences"] == 4
+    assert json.loads((out / "training_files.json").read_text()) == [f"cpython-stdlib@3.11.7:x{i}.py" for i in range(4)]
+    if kind == "eagle":
+        load_eagle_head(out, load_model(target))
+    else:
+        assert load_model(out).config.num_layers == 1
+    # a resumed run with a larger step budget continues from the saved step
+    assert main([*args[:args.index("--steps") + 1], "6", *args[args.index("--steps") + 2:], "--resume"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
