@@ -30,7 +30,7 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
-        shown = [str(v) for k, v in self.params.items() if k not in ("draft", "eagle")]
+        shown = [str(v) for k, v in self.params.items() if k not in ("draft", "eagle") and v is not None]
         return f"{self.name}({','.join(shown)})" if shown else self.name
 
 
@@ -61,7 +61,7 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
         head = loader(_existing(p["eagle"], "eagle"), loaded.model)
         return {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
-                "num_draft_tokens": p["num_draft_tokens"]}
+                "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
 
     return build
 
@@ -79,13 +79,15 @@ METHODS: dict[str, Method] = {
     "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
                     lambda p, loaded: dict(p)),
     "draft": Method({"num_speculative_tokens": 4, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
-    "eagle": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "eagle": str(DEFAULT_EAGLE)},
+    "eagle": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
-    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
+    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
 }
 
 
 def _value(text: str, default: Any) -> Any:
+    if default is None:  # optional integers (e.g. batch_budget)
+        return None if text.lower() in ("", "none") else int(text)
     if isinstance(default, bool):
         return text.lower() in ("1", "true", "yes")
     if isinstance(default, int):
@@ -108,7 +110,8 @@ def parse_method(text: str) -> MethodSpec:
         try:
             params[key] = _value(value, METHODS[name].defaults[key])
         except ValueError:
-            raise ValueError(f"{text!r}: {key} must be a {type(METHODS[name].defaults[key]).__name__}") from None
+            kind = type(METHODS[name].defaults[key]).__name__ if METHODS[name].defaults[key] is not None else "int"
+            raise ValueError(f"{text!r}: {key} must be a {kind}") from None
     if METHODS[name].drafter and params.get(METHODS[name].drafter) is None:
         raise ValueError(f"{name} needs {METHODS[name].drafter}=PATH")
     return MethodSpec(name, params)

@@ -41,14 +41,29 @@ class EagleProposer(Proposer):
     name = "eagle"
     needs_features = True
 
-    def __init__(self, head: EagleHead, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16):
+    def __init__(self, head: EagleHead, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16,
+                 batch_budget: int | None = None):
+        """``batch_budget``: the most draft nodes per step over the whole batch. A row then gets
+        ``budget // batch`` nodes at most, and the tree narrows (topk, steps) to fit: at large batch sizes a
+        verify step's extra tokens are no longer free, so the tree shrinks towards a short chain (vLLM's
+        per-batch-size table of speculative tokens plays the same role). None: every row gets the full tree."""
         if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
             raise ValueError("need num_steps >= 1, topk >= 1 and num_draft_tokens >= 2")
+        if batch_budget is not None and batch_budget < 1:
+            raise ValueError("batch_budget must be at least 1")
         self.head, self.target = head, target
         self.num_steps, self.topk = num_steps, topk
         most_nodes = topk + (num_steps - 1) * topk * topk
         self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
+        self.batch_budget = batch_budget
         self.device = target.norm.weight.device
+
+    def tree_shape(self, batch_size: int) -> tuple[int, int, int]:
+        """(topk, num_steps, draft nodes kept) per row at this batch size."""
+        if self.batch_budget is None:
+            return self.topk, self.num_steps, self.max_draft_tokens
+        keep = max(1, min(self.max_draft_tokens, self.batch_budget // batch_size))
+        return min(self.topk, keep), min(self.num_steps, keep), keep
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.head.config.vocab_size != target.vocab_size:
@@ -102,7 +117,8 @@ class EagleProposer(Proposer):
     def propose(self, state: ProposeState) -> list[Draft]:
         reqs = state.requests
         slots = [r.slot for r in reqs]
-        bsz, k = len(reqs), self.topk
+        bsz = len(reqs)
+        k, num_steps, keep = self.tree_shape(bsz)
         root_logits, root_hidden = self._catch_up(reqs, slots)
         committed = torch.tensor([self.cache.lengths[s] for s in slots])
         logp = root_logits.log_softmax(-1)
@@ -114,7 +130,7 @@ class EagleProposer(Proposer):
         frontier_features = root_hidden[:, None, :].expand(bsz, k, -1)
         ancestors: list[Tensor] = []  # cache slots of each frontier node's ancestors, one [B, k] per level
         n_cands = k
-        for depth in range(1, self.num_steps):
+        for depth in range(1, num_steps):
             slots_now = committed[:, None] + (depth - 1) * k + torch.arange(k)[None, :]  # [B, k]
             mask = self._tree_mask(committed, ancestors, slots_now)
             positions = (committed[:, None] + depth - 1).expand(bsz, k)
@@ -136,7 +152,7 @@ class EagleProposer(Proposer):
             ancestors = [a.gather(1, parent_pos) for a in ancestors] + [slots_now.gather(1, parent_pos)]
             n_cands += k * k
         # The tree's head KV lies past each slot's committed length: the next catch-up overwrites it.
-        return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1))
+        return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1), keep)
 
     def _to_target(self, ids: Tensor) -> Tensor:
         """Head vocabulary ids to target ids (EAGLE-3 heads draft over a reduced vocabulary)."""
@@ -153,10 +169,10 @@ class EagleProposer(Proposer):
             mask[rows, cols, level] = True
         return mask[:, None].to(self.device)
 
-    def _rerank(self, tokens: Tensor, scores: Tensor, parents: Tensor) -> list[Draft]:
-        """Keep the best max_draft_tokens candidates per row, parents before children."""
+    def _rerank(self, tokens: Tensor, scores: Tensor, parents: Tensor, keep: int) -> list[Draft]:
+        """Keep the best ``keep`` candidates per row, parents before children."""
         drafts = []
-        keep = min(self.max_draft_tokens, tokens.shape[1])
+        keep = min(keep, tokens.shape[1])
         for row in range(tokens.shape[0]):
             order = torch.sort(-scores[row], stable=True).indices[:keep]
             chosen = order.sort().values  # creation order: parents first
@@ -176,8 +192,9 @@ class Eagle3Proposer(EagleProposer):
 
     name = "eagle3"
 
-    def __init__(self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16):
-        super().__init__(head, target, num_steps, topk, num_draft_tokens)
+    def __init__(self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16,
+                 batch_budget: int | None = None):
+        super().__init__(head, target, num_steps, topk, num_draft_tokens, batch_budget)
         self.feature_layers = head.feature_layers(target)
 
     def _to_target(self, ids: Tensor) -> Tensor:

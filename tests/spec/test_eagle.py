@@ -134,3 +134,16 @@ def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
     # The dynamic tree with topk=3 holds the root's top-3 and node [0]'s top-3 (its frontier keeps all 3 of depth 1).
     root_children = [t for t, p in zip(d.tokens.tolist(), d.parents.tolist()) if p == -1]
     assert s.tokens[0] == root_children[0] and s.tokens[1] == root_children[1]
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_batch_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, target, batch):
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=4, topk=4, num_draft_tokens=12, batch_budget=12)
+    assert proposer.tree_shape(1) == (4, 4, 11) and proposer.tree_shape(8) == (1, 1, 1) and proposer.tree_shape(3) == (4, 4, 4)
+    prompts = prompts_of([4 + (5 * i) % 13 for i in range(batch)], seed=batch)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    most = proposer.tree_shape(batch)[2]
+    assert all(r.stats.draft_tokens <= most * r.stats.steps for r in spec)
