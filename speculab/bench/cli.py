@@ -15,7 +15,7 @@ def add_bench_parsers(sub) -> None:
     b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
     profile = b.add_mutually_exclusive_group()
     profile.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                         help="the default: 16 prompts, 32 output tokens, prompt cache on, 1 repeat (CPU, ~10 min)")
+                         help="the default: 16 prompts, 16 output tokens, prompt cache on, 1 repeat (CPU, ~10 min)")
     profile.add_argument("--full", dest="profile", action="store_const", const="full",
                          help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)")
     b.set_defaults(profile="quick")

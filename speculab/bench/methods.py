@@ -78,8 +78,8 @@ METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
     "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
                     lambda p, loaded: dict(p)),
-    "draft": Method({"num_speculative_tokens": 4, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
-    "eagle": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": str(DEFAULT_EAGLE)},
+    "draft": Method({"num_speculative_tokens": 3, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
+    "eagle": Method({"num_steps": 5, "topk": 4, "num_draft_tokens": 8, "batch_budget": 16, "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
     "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
 }

@@ -34,7 +34,7 @@ from speculab.spec.proposer import make_proposer
 from speculab.spec.stats import SpecStats
 
 PROFILES = {
-    "quick": dict(num_prompts=16, max_tokens=32, repeats=1, prompt_cache=True),
+    "quick": dict(num_prompts=16, max_tokens=16, repeats=1, prompt_cache=True),
     "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False),
 }
 

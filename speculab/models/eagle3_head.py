@@ -65,6 +65,16 @@ class Eagle3Head(nn.Module):
     def forward(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> tuple[Tensor, Tensor]:
         """tokens [batch, q]; features [batch, q, 3*H_target] from the target or [batch, q, H] from this head.
         Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H])."""
+        h = self.hidden(target, tokens, features, batch, cache)
+        return self.logits(target, h), h
+
+    def logits(self, target: Transformer, hidden: Tensor) -> Tensor:
+        """[..., draft_vocab] from the head's pre-norm hidden states."""
+        return self.lm_head(self.norm(hidden))
+
+    @torch.no_grad()
+    def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
+        """The head's pre-norm hidden states [batch, q, H]."""
         dtype = self.fc.weight.dtype
         h = self.fc(features.to(dtype)) if features.shape[-1] == 3 * self.target_hidden else features.to(dtype)
         x = torch.cat([self.input_layernorm(target.embed_tokens(tokens).to(dtype)), self.hidden_norm(h)], dim=-1)
@@ -72,8 +82,7 @@ class Eagle3Head(nn.Module):
         cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
         mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, dtype)
         h = h + self.self_attn(x, cache.layer(0), batch, cos, sin, mask)  # the residual is h, not x
-        h = h + self.mlp(self.post_attention_layernorm(h))
-        return self.lm_head(self.norm(h)), h
+        return h + self.mlp(self.post_attention_layernorm(h))
 
 
 def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> Eagle3Head:

@@ -51,7 +51,11 @@ class EagleHead(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Returns (logits [batch, q, vocab] through the target's lm_head, hidden [batch, q, hidden])."""
         hidden = self.hidden(target, tokens, features, batch, cache)
-        return target.lm_head(hidden.to(target.dtype)), hidden
+        return self.logits(target, hidden), hidden
+
+    def logits(self, target: Transformer, hidden: Tensor) -> Tensor:
+        """[..., vocab] through the target's lm_head."""
+        return target.lm_head(hidden.to(target.dtype))
 
     def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
         """The head's output features [batch, q, hidden], before the lm_head."""

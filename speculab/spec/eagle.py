@@ -107,12 +107,13 @@ class EagleProposer(Proposer):
             feats[row, : len(toks)] = f
         start = torch.tensor([self.cache.lengths[s] for s in slots])
         rows = torch.tensor(slots)
-        logits, hidden = self.head(self.target, tokens.to(self.device), feats.to(self.device), causal_batch(rows, start, width), self.cache)
+        hidden = self.head.hidden(self.target, tokens.to(self.device), feats.to(self.device), causal_batch(rows, start, width), self.cache)
         last = torch.tensor([len(toks) - 1 for toks, _ in pairs])
         for slot, (toks, _) in zip(slots, pairs):
             self.cache.commit(slot, self.cache.lengths[slot] + len(toks))
-        index = torch.arange(len(pairs))
-        return logits[index, last].float(), hidden[index, last]
+        last_hidden = hidden[torch.arange(len(pairs)), last]  # [B, H]
+        # Only the last position's logits are needed: a first catch-up spans the whole prompt.
+        return self.head.logits(self.target, last_hidden).float(), last_hidden
 
     def propose(self, state: ProposeState) -> list[Draft]:
         reqs = state.requests
