@@ -90,7 +90,11 @@ class EagleProposer(Proposer):
 
     # -- drafting -----------------------------------------------------------------
     def _catch_up(self, reqs, slots) -> tuple[Tensor, Tensor]:
-        """Feed each slot's new (token, feature) pairs; returns the last pair's logits [B, V] and hidden [B, H]."""
+        """Feed each slot's new (token, feature) pairs; returns the last pair's logits [B, V] and hidden [B, H].
+
+        A request admitted since the last step brings its whole prompt; it is fed alone, because rows fed
+        together are padded to the longest and a short row's padding would run past its cache room.
+        """
         pairs = []
         for slot, r in zip(slots, reqs):
             feats = torch.cat(self.features[slot])
@@ -98,6 +102,18 @@ class EagleProposer(Proposer):
             seq = r.prompt_ids + r.output_ids
             m = self.cache.lengths[slot]
             pairs.append((seq[m + 1 : m + 1 + feats.shape[0]], feats))
+        steady = [i for i, (toks, _) in enumerate(pairs) if len(toks) <= self.max_draft_tokens + 1]
+        groups = [[i] for i in range(len(pairs)) if i not in set(steady)] + ([steady] if steady else [])
+        last_hidden: list[Tensor | None] = [None] * len(pairs)
+        for group in groups:
+            for i, h in zip(group, self._feed([pairs[i] for i in group], [slots[i] for i in group])):
+                last_hidden[i] = h
+        hidden = torch.stack(last_hidden)  # [B, H]
+        # Only the last position's logits are needed: a first catch-up spans the whole prompt.
+        return self.head.logits(self.target, hidden).float(), hidden
+
+    def _feed(self, pairs: list[tuple[list[int], Tensor]], slots: list[int]) -> Tensor:
+        """Run (tokens, features) pairs into the head's cache; returns each row's last hidden state [rows, H]."""
         width = max(len(toks) for toks, _ in pairs)
         feature_width = pairs[0][1].shape[-1]  # the target's hidden size, or three of them for EAGLE-3
         tokens = torch.zeros(len(pairs), width, dtype=torch.long)
@@ -108,12 +124,10 @@ class EagleProposer(Proposer):
         start = torch.tensor([self.cache.lengths[s] for s in slots])
         rows = torch.tensor(slots)
         hidden = self.head.hidden(self.target, tokens.to(self.device), feats.to(self.device), causal_batch(rows, start, width), self.cache)
-        last = torch.tensor([len(toks) - 1 for toks, _ in pairs])
         for slot, (toks, _) in zip(slots, pairs):
             self.cache.commit(slot, self.cache.lengths[slot] + len(toks))
-        last_hidden = hidden[torch.arange(len(pairs)), last]  # [B, H]
-        # Only the last position's logits are needed: a first catch-up spans the whole prompt.
-        return self.head.logits(self.target, last_hidden).float(), last_hidden
+        last = torch.tensor([len(toks) - 1 for toks, _ in pairs])
+        return hidden[torch.arange(len(pairs)), last]
 
     def propose(self, state: ProposeState) -> list[Draft]:
         reqs = state.requests

@@ -147,3 +147,21 @@ def test_batch_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, t
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     most = proposer.tree_shape(batch)[2]
     assert all(r.stats.draft_tokens <= most * r.stats.steps for r in spec)
+
+
+def test_a_long_prompt_joining_a_running_request_stays_in_cache_bounds(tmp_path, hf_target, target):
+    """Regression: the newcomer's whole-prompt catch-up must not pad the running row past its cache room."""
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    first, second = prompts_of([100, 120], seed=5)
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    max_len = 120 + 16 + 12
+    base = Engine(target, max_batch=2, max_seq_len=max_len).generate([first, second], params)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=2, num_draft_tokens=6)
+    engine = Engine(target, max_batch=2, max_seq_len=max_len, proposer=proposer)
+    a = engine.add_request(first, params)
+    for _ in range(3):
+        engine.step()
+    b = engine.add_request(second, params)
+    while engine.has_work:
+        engine.step()
+    assert [a.output_ids, b.output_ids] == [r.output_ids for r in base]
