@@ -22,6 +22,13 @@ from speculab.runtime import load
 CONTEXT, TOPK = 1200, 8
 
 
+def file_parameters(folder) -> int:
+    """Parameters stored in the checkpoint (prepacked modules hide theirs from .parameters())."""
+    from safetensors.torch import load_file
+
+    return sum(t.numel() for t in load_file(f"{folder}/model.safetensors").values())
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -53,8 +60,7 @@ def main() -> None:
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
     result = {"context": CONTEXT, "topk": TOPK, "ms": ms,
               "draft_token_cost": ms["draft"] / ms["target"], "eagle_step_cost": ms["eagle_step"] / ms["target"],
-              "draft_parameters": sum(p.numel() for p in draft.parameters()),
-              "eagle_parameters": sum(p.numel() for p in head.parameters())}
+              "draft_parameters": file_parameters(draft_dir), "eagle_parameters": file_parameters(eagle_dir)}
     print({k: f"{v:.2f} ms" for k, v in ms.items()}, file=sys.stderr)
     print(json.dumps(result))
 

@@ -85,9 +85,14 @@ METHODS: dict[str, Method] = {
 }
 
 
-def _value(text: str, default: Any) -> Any:
-    if default is None:  # optional integers (e.g. batch_budget)
-        return None if text.lower() in ("", "none") else int(text)
+OPTIONAL = {"batch_budget"}  # parameters that ``none`` turns off
+
+
+def _value(text: str, default: Any, key: str = "") -> Any:
+    if key in OPTIONAL and text.lower() in ("", "none"):
+        return None
+    if default is None:
+        return int(text)
     if isinstance(default, bool):
         return text.lower() in ("1", "true", "yes")
     if isinstance(default, int):
@@ -108,7 +113,7 @@ def parse_method(text: str) -> MethodSpec:
         if not eq or key not in params:
             raise ValueError(f"{text!r}: {name} takes {', '.join(f'{k}=…' for k in params) or 'no parameters'}")
         try:
-            params[key] = _value(value, METHODS[name].defaults[key])
+            params[key] = _value(value, METHODS[name].defaults[key], key)
         except ValueError:
             kind = type(METHODS[name].defaults[key]).__name__ if METHODS[name].defaults[key] is not None else "int"
             raise ValueError(f"{text!r}: {key} must be a {kind}") from None

@@ -111,3 +111,14 @@ def test_prompt_cache_reproduces_a_fresh_prefill():
     second = Engine(model, 3, 128, prompt_cache=cache).generate(prompts, params)
     assert [r.output_ids for r in first] == [r.output_ids for r in second] == [r.output_ids for r in fresh]
     assert cache.misses == 2 and cache.hits == 1 + 3
+
+
+def test_method_specs_parse_with_defaults_and_labels():
+    from speculab.bench.methods import parse_method
+
+    assert parse_method("eagle").label == "eagle(5,4,8,16)"
+    spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
+    assert spec.params["batch_budget"] is None and spec.label == "eagle(5,8,32)"
+    assert parse_method("ngram:num_speculative_tokens=3").params == {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    with pytest.raises(ValueError, match="takes"):
+        parse_method("baseline:k=1")
