@@ -191,18 +191,26 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
 REFERENCE_VENV = "eagle-ref-venv"  # under speculab's cache: torch + transformers + eagle-llm 1.2.1 (--no-deps)
 
 
-def reference_head_folder(head: Path, scratch: Path) -> Path:
-    """The head as the reference code reads it: it loads only ``pytorch_model.bin``, so a safetensors-only
-    head (speculab's trained heads) is written out once as a state dict in a scratch folder."""
+def reference_head_folder(head: Path, scratch: Path, target: Path) -> Path:
+    """The head as the reference code reads it: ``pytorch_model.bin`` only, with ``embed_tokens.weight``
+    (published heads carry a frozen copy of the target's embedding; speculab's trained heads leave it out
+    and read the target's). Written once into a scratch folder when the head lacks either."""
     import shutil
 
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     if (head / "pytorch_model.bin").exists():
         return head
+    state = {k: v.float() for k, v in load_file(head / "model.safetensors").items()}
+    if "embed_tokens.weight" not in state:
+        for file in sorted(target.glob("*.safetensors")):
+            with safe_open(file, "pt") as f:
+                if "model.embed_tokens.weight" in f.keys():
+                    state["embed_tokens.weight"] = f.get_tensor("model.embed_tokens.weight").float()
     scratch.mkdir(parents=True, exist_ok=True)
     shutil.copy(head / "config.json", scratch / "config.json")
-    torch.save({k: v.float() for k, v in load_file(head / "model.safetensors").items()}, scratch / "pytorch_model.bin")
+    torch.save(state, scratch / "pytorch_model.bin")
     return scratch
 
 
@@ -232,7 +240,7 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     runner = Path(__file__).with_name("eagle_reference_runner.py")
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts[0], f)
-    head_dir = reference_head_folder(Path(args.eagle), Path(tempfile.mkdtemp(prefix="speculab-eagle-ref-")))
+    head_dir = reference_head_folder(Path(args.eagle), Path(tempfile.mkdtemp(prefix="speculab-eagle-ref-")), loaded.path)
     cmd = [str(python), str(runner), "--base", str(loaded.path), "--head", str(head_dir), "--prompt-ids-file", f.name,
            "--max-new-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--tree", args.tree,
            "--threads", str(torch.get_num_threads()), "--dtype", loaded.dtype]

@@ -118,7 +118,7 @@ def run(
             opt.step()
             step += 1
             row = {"step": step, "seconds": round(time.perf_counter() - started, 2), "lr": lr,
-                   "loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+                   "loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
             history.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()
