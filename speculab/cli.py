@@ -29,12 +29,9 @@ def build_proposer(args: argparse.Namespace, loaded):
     """The proposer named by --method, built from its own flags."""
     from speculab.models.eagle3_head import load_eagle3_head
     from speculab.models.eagle_head import load_eagle_head
-    from speculab.models.loading import load_model
-    from speculab.models.tokenizer import Tokenizer
-    from speculab.runtime import DTYPES
     from speculab.spec.proposer import make_proposer
 
-    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, load_draft_model
 
     shipped = {"--draft PATH": DEFAULT_DRAFT, "--eagle PATH": DEFAULT_EAGLE}
 
@@ -45,17 +42,11 @@ def build_proposer(args: argparse.Namespace, loaded):
             raise ValueError(f"--method {args.method} needs {flag}")
         return value
 
-    def draft_model():
-        path = need("--draft PATH", args.draft)
-        if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
-            raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
-        return load_model(path, DTYPES[loaded.dtype], loaded.device)
-
     options = {
         "baseline": lambda: {},
         "ngram": lambda: dict(num_speculative_tokens=args.num_speculative_tokens, prompt_lookup_min=args.prompt_lookup_min,
                               prompt_lookup_max=args.prompt_lookup_max),
-        "draft": lambda: dict(model=draft_model(), num_speculative_tokens=args.num_speculative_tokens),
+        "draft": lambda: dict(model=load_draft_model(need("--draft PATH", args.draft), loaded), num_speculative_tokens=args.num_speculative_tokens),
         "eagle": lambda: dict(head=load_eagle_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
                               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
         "eagle3": lambda: dict(head=load_eagle3_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,

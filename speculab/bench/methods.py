@@ -42,15 +42,19 @@ class Method:
     memory_kind: str | None = None  # drafter kind for bench.memory.estimate
 
 
-def _draft_options(p: dict, loaded) -> dict:
+def load_draft_model(path: str | Path, loaded):
+    """A draft model for the loaded target, in its dtype and device; it must share the target's tokenizer."""
     from speculab.models.loading import load_model
     from speculab.models.tokenizer import Tokenizer
     from speculab.runtime import DTYPES
 
-    path = _existing(p["draft"], "draft")
     if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
         raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
-    return {"model": load_model(path, DTYPES[loaded.dtype], loaded.device), "num_speculative_tokens": p["num_speculative_tokens"]}
+    return load_model(path, DTYPES[loaded.dtype], loaded.device)
+
+
+def _draft_options(p: dict, loaded) -> dict:
+    return {"model": load_draft_model(_existing(p["draft"], "draft"), loaded), "num_speculative_tokens": p["num_speculative_tokens"]}
 
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:

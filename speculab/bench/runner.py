@@ -25,10 +25,11 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.memory import machine_memory_budget
-from speculab.bench.methods import METHODS, MethodSpec, build_proposer, drafter_path, memory_estimate
+from speculab.bench.methods import METHODS, MethodSpec, drafter_path, memory_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
 from speculab.engine import Engine, PromptCache, Request
+from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
 from speculab.spec.proposer import make_proposer
 from speculab.spec.stats import SpecStats
@@ -68,15 +69,7 @@ class ResultsFile:
         self.path = path
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        records = []
-        for line in self.path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill
-        return records
+        return read_records(self.path)
 
     def truncate_partial_line(self) -> None:
         """A kill mid-write leaves a line without its newline: cut it, so the next record starts clean."""
@@ -259,20 +252,19 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
             target.baseline_outputs[r["batch_size"]] = r["outputs"]
     specs = sorted(cfg.methods, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
     todo = [(s, b) for s in specs for b in cfg.batch_sizes if (s.label, b) not in done]
-    _warm_up(target, specs, cfg, progress)
+    # each method's drafter is loaded once, for the warm-up and every cell
+    options_of = {s.label: METHODS[s.name].build(dict(s.params), loaded) for s in specs}
+    _warm_up(target, specs, options_of, progress)
     planned = len(todo) * len(prompts) * cfg.max_tokens * cfg.repeats
-    options_of: dict[str, dict] = {}
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
         for spec, batch_size in todo:
-            if spec.label not in options_of:
-                options_of[spec.label] = METHODS[spec.name].build(dict(spec.params), loaded)
             bar.set_postfix_str(f"{spec.label} b{batch_size}")
             cell = measure_cell(target, spec, options_of[spec.label], batch_size, cfg, bar)
             results.append({"run_id": run_id, **cell})
     return results.path
 
 
-def _warm_up(target: Target, specs: list[MethodSpec], cfg: BenchConfig, progress: bool) -> None:
+def _warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:
     """Fill the prompt cache (timed: the prefill figure of the run) and run each method once, briefly."""
     lm = target.loaded
     if target.cache is not None:
@@ -280,5 +272,5 @@ def _warm_up(target: Target, specs: list[MethodSpec], cfg: BenchConfig, progress
         for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
             engine.generate([ids], SamplingParams(max_tokens=1))
     for spec in specs:
-        proposer = build_proposer(spec, lm)
+        proposer = make_proposer(spec.name, **options_of[spec.label])
         run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

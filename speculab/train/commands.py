@@ -98,7 +98,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model, step_fn, make_batch, save, load_for_eval, metrics = trainer.setup(args, target, loaded)
     cfg = loop.LoopConfig(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
                           checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes)
-    from speculab.train.eagle import batches_by_tokens
+    from speculab.train.data import batches_by_tokens
 
     def batches(start: int):
         stream = batches_by_tokens(items, args.batch_tokens, args.seed)

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from speculab.data.prompts import TEMPLATES, code_prompt, pick_window
 from speculab.data.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
+from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
 from speculab.spec.proposer import Proposer
 
@@ -73,15 +74,30 @@ def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
 
 
 def read_sequences(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: dropped, regenerated on resume
-            break
-    return records
+    return read_records(path)  # a line cut by a kill is dropped and regenerated on resume
+
+
+def batches_by_tokens(sequences: list[tuple[list[int], torch.Tensor]], batch_tokens: int, seed: int) -> Iterator[list]:
+    """Endless epochs; each shuffles, then groups sequences of similar length under a padded-token budget."""
+    epoch = 0
+    while True:
+        rng = random.Random(seed + epoch)
+        order = list(range(len(sequences)))
+        rng.shuffle(order)
+        # sort within windows of 32 so padding stays low but epochs still differ
+        order = [i for w in range(0, len(order), 32) for i in sorted(order[w : w + 32], key=lambda i: len(sequences[i][0]))]
+        groups, group = [], []
+        for i in order:
+            longest = max([len(sequences[j][0]) for j in group + [i]])
+            if group and longest * (len(group) + 1) > batch_tokens:
+                groups.append(group)
+                group = []
+            group.append(i)
+        groups.append(group)
+        rng.shuffle(groups)
+        for g in groups:
+            yield [sequences[i] for i in g]
+        epoch += 1
 
 
 def _groups(items: list, size: int) -> Iterator[list]:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,29 +70,6 @@ def make_batch(items: list[tuple[list[int], Tensor]]) -> HeadBatch:
         targets[i, :n] = feats[1 : n + 1]
         valid[i, :n] = True
     return HeadBatch(tokens, features, targets, valid)
-
-
-def batches_by_tokens(sequences: list[tuple[list[int], Tensor]], batch_tokens: int, seed: int) -> Iterator[list]:
-    """Endless epochs; each shuffles, then groups sequences of similar length under a padded-token budget."""
-    epoch = 0
-    while True:
-        rng = random.Random(seed + epoch)
-        order = list(range(len(sequences)))
-        rng.shuffle(order)
-        # sort within windows of 32 so padding stays low but epochs still differ
-        order = [i for w in range(0, len(order), 32) for i in sorted(order[w : w + 32], key=lambda i: len(sequences[i][0]))]
-        groups, group = [], []
-        for i in order:
-            longest = max([len(sequences[j][0]) for j in group + [i]])
-            if group and longest * (len(group) + 1) > batch_tokens:
-                groups.append(group)
-                group = []
-            group.append(i)
-        groups.append(group)
-        rng.shuffle(groups)
-        for g in groups:
-            yield [sequences[i] for i in g]
-        epoch += 1
 
 
 def head_loss(head: EagleHead, target: Transformer, batch: HeadBatch, noise: bool = True,

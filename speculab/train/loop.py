@@ -22,6 +22,8 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from speculab.jsonl import read_records
+
 CHECKPOINT = "checkpoint.pt"
 LOG = "train_log.jsonl"
 
@@ -63,16 +65,7 @@ def _save(out: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, se
 
 
 def read_log(out: Path) -> list[dict]:
-    path = out / LOG
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
+    return read_records(out / LOG)
 
 
 def run(

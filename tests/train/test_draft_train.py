@@ -10,7 +10,7 @@ from speculab.sampling import SamplingParams
 from speculab.spec.proposer import make_proposer
 from speculab.train import loop
 from speculab.train.draft import draft_loss, make_batch, new_draft, save_draft
-from speculab.train.eagle import batches_by_tokens
+from speculab.train.data import batches_by_tokens
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
 

@@ -11,7 +11,8 @@ from speculab.sampling import SamplingParams
 from speculab.spec.proposer import make_proposer
 from speculab.train import loop
 from speculab.train.data import FeatureRecorder
-from speculab.train.eagle import batches_by_tokens, head_loss, make_batch, new_head, save_head
+from speculab.train.data import batches_by_tokens
+from speculab.train.eagle import head_loss, make_batch, new_head, save_head
 from tests.helpers import speculab_from_hf, tiny_hf_model
 
 
