@@ -3,7 +3,11 @@
 Knows: that oneDNN's prepacked matmul (``mkldnn._reorder_linear_weight`` with
 ``mkldnn._linear_pointwise``) beats the default BLAS call for the small-M
 matmuls of decoding, and that it is only available for some dtype/CPU pairs
-(bf16 needs AVX512-BF16/AMX or AVX-NE-CONVERT). Does not know: anything about
+(bf16 needs AVX512-BF16/AMX or AVX-NE-CONVERT). The batch hint picks the packed
+layout: a hint of 1 gives a GEMV layout that oneDNN must reorder again on every
+call with more than one row (2-3x slower for the 2-32-row matmuls of
+verification and batched decode, measured by ``benchmarks/linear_pack.py``);
+any hint of 2 or more gives a GEMM layout that is as fast for one row. Does not know: anything about
 the model; it swaps ``nn.Linear`` modules wherever it finds them.
 """
 
@@ -18,7 +22,7 @@ from torch import Tensor, nn
 class PackedLinear(nn.Module):
     """Inference-only replacement for ``nn.Linear`` holding a oneDNN-packed weight."""
 
-    def __init__(self, linear: nn.Linear, batch_hint: int = 1):
+    def __init__(self, linear: nn.Linear, batch_hint: int = 16):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_hint)
