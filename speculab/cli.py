@@ -25,6 +25,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
+def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
+    from speculab.models.eagle_head import load_eagle_head, load_token_ranking
+
+    options = dict(head=load_eagle_head(folder, loaded.model), target=loaded.model,
+                   num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens)
+    if args.draft_vocab is not None:
+        options["draft_vocab"] = load_token_ranking(folder, loaded.model.config.vocab_size)[: args.draft_vocab]
+    return options
+
+
 def build_proposer(args: argparse.Namespace, loaded):
     """The proposer named by --method, built from its own flags."""
     from speculab.models.eagle3_head import load_eagle3_head
@@ -47,8 +57,7 @@ def build_proposer(args: argparse.Namespace, loaded):
         "ngram": lambda: dict(num_speculative_tokens=args.num_speculative_tokens, prompt_lookup_min=args.prompt_lookup_min,
                               prompt_lookup_max=args.prompt_lookup_max),
         "draft": lambda: dict(model=load_draft_model(need("--draft PATH", args.draft), loaded), num_speculative_tokens=args.num_speculative_tokens),
-        "eagle": lambda: dict(head=load_eagle_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
-                              num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
+        "eagle": lambda: _eagle_options(args, loaded, need("--eagle PATH", args.eagle)),
         "eagle3": lambda: dict(head=load_eagle3_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
                                num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
     }
@@ -171,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--num-steps", type=int, default=5, help="EAGLE tree depth")
     g.add_argument("--topk", type=int, default=4, help="EAGLE branching per expanded node")
     g.add_argument("--num-draft-tokens", type=int, default=16, help="EAGLE tree size, root included")
+    g.add_argument("--draft-vocab", type=int, default=None,
+                   help="--method eagle: draft over the N most frequent tokens only (the head folder's draft_vocab.safetensors)")
     g.add_argument("--num-speculative-tokens", type=int, default=4, help="draft/ngram chain length")
     g.add_argument("--prompt-lookup-min", type=int, default=1)
     g.add_argument("--prompt-lookup-max", type=int, default=4)

@@ -75,13 +75,16 @@ class CachedPrompt:
     kv: torch.Tensor  # [layers, 2*kv_heads, prompt_len, head_dim]
     logits: torch.Tensor  # [vocab] at the prompt's last position
     features: torch.Tensor  # [prompt_len, width]
+    drafter_states: dict = field(default_factory=dict)  # proposer.prompt_cache_key -> proposer.prompt_state
 
 
 class PromptCache:
     """Whole-prompt prefix caching: a prompt seen before skips its prefill.
 
     Its KV, last logits and the features the proposer reads are copied into the
-    new slot, so what follows is exactly what a fresh prefill gives. Keyed by the
+    new slot, so what follows is exactly what a fresh prefill gives. A drafter's
+    own prompt state (a draft model's KV, an EAGLE head's KV) is kept beside
+    them, so a cached prompt skips the drafter's prefill too. Keyed by the
     prompt's token ids and the feature layers; shared by engines of one target.
     """
 
@@ -94,7 +97,15 @@ class PromptCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes for e in self.entries.values())
+        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(_nbytes(d) for d in e.drafter_states.values())
+                   for e in self.entries.values())
+
+
+def _nbytes(state) -> int:
+    """Bytes of the tensors in a drafter's prompt state (a tensor, or a tuple/list of them and plain values)."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    return sum(_nbytes(x) for x in state) if isinstance(state, (tuple, list)) else 0
 
 
 class Engine:
@@ -159,31 +170,40 @@ class Engine:
         slot = len(self.running)
         request.slot = slot
         self.running.append(request)
-        logits, features = self._prefill_slot(slot, request.prompt_ids)
+        logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
         token = sample_rows(logits[None], [request.params], [request.generator])[0]
-        self.proposer.admit(slot, request, features if self.proposer.needs_features else None)
+        self._admit(slot, request, features if self.proposer.needs_features else None, cached)
         return self._emit(request, [token])
 
-    def _prefill_slot(self, slot: int, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Fill ``slot`` with the prompt's KV; returns the last logits [vocab] and the features [len, width]."""
+    def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
+        """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""
+        key = self.proposer.prompt_cache_key if cached is not None else None
+        if key is not None and key in cached.drafter_states:
+            self.proposer.admit_cached(slot, request, features, cached.drafter_states[key])
+            return
+        self.proposer.admit(slot, request, features)
+        if key is not None:
+            cached.drafter_states[key] = self.proposer.prompt_state(slot)
+
+    def _prefill_slot(self, slot: int, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None, CachedPrompt | None]:
+        """Fill ``slot`` with the prompt's KV; returns the last logits [vocab], the features [len, width]
+        and the prompt cache's entry (None without a prompt cache)."""
         pc, layers = self.prompt_cache, self.proposer.feature_layers
         key = pc.key(prompt_ids, layers) if pc is not None else None
         if pc is not None and key in pc.entries:
             pc.hits += 1
             hit = pc.entries[key]
-            n = len(prompt_ids)
-            self.cache.kv[:, slot, :, :n] = hit.kv
-            self.cache.lengths[slot] = n
-            return hit.logits, hit.features
+            self.cache.load(slot, hit.kv)
+            return hit.logits, hit.features, hit
         outputs = prefill(self.model, self.cache, slot, prompt_ids, layers, PREFILL_CHUNK)
         logits = outputs[-1].logits[0, -1]
         keep = self.proposer.needs_features or pc is not None
         features = torch.cat([self._features(o)[0] for o in outputs]) if keep else None
-        if pc is not None:
-            pc.misses += 1
-            n = len(prompt_ids)
-            pc.entries[key] = CachedPrompt(self.cache.kv[:, slot, :, :n].clone(), logits.clone(), features)
-        return logits, features
+        if pc is None:
+            return logits, features, None
+        pc.misses += 1
+        entry = pc.entries[key] = CachedPrompt(self.cache.export(slot), logits.clone(), features)
+        return logits, features, entry
 
     def _decode_running(self) -> list[TokenEvent]:
         """One propose → verify → commit step for every running request."""

@@ -99,17 +99,19 @@ def model_tensors(cfg: ModelConfig) -> ModelTensors:
     )
 
 
-def eagle_head_tensors(head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False) -> ModelTensors:
+def eagle_head_tensors(head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False,
+                       reduced_vocab: int | None = None) -> ModelTensors:
     """An EAGLE-1/2 head sized by ``head_cfg`` (the target's config for the published heads).
 
     fc: cat(embedding, feature) 2H → H, with bias as in EAGLE-1's layout; one decoder layer whose input
     norm is absent (only post_attention_layernorm); no final norm; embedding and lm_head shared with the
-    target unless ``own_embedding``.
+    target unless ``own_embedding``. ``reduced_vocab``: the proposer's copy of that many lm_head rows
+    (a reduced draft vocabulary, FR-Spec).
     """
     h = head_cfg.hidden_size
     return ModelTensors(
         linears=tuple(_layer_linears(head_cfg)),
-        sharded_dense=_qkv_bias(head_cfg) + (head_cfg.vocab_size * h if own_embedding else 0),
+        sharded_dense=_qkv_bias(head_cfg) + (head_cfg.vocab_size * h if own_embedding else 0) + (reduced_vocab or 0) * h,
         replicated_dense=h + (h if fc_bias else 0),  # post_attention_layernorm, fc bias
         replicated_linears=((2 * h, h),),
     )

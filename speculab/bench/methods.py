@@ -63,9 +63,13 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         import speculab.models.eagle_head as e2
 
         loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
-        head = loader(_existing(p["eagle"], "eagle"), loaded.model)
-        return {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
-                "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
+        folder = _existing(p["eagle"], "eagle")
+        head = loader(folder, loaded.model)
+        options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
+                   "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
+        if p.get("draft_vocab") is not None:  # FR-Spec: the head scores the most frequent tokens only
+            options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[: p["draft_vocab"]]
+        return options
 
     return build
 
@@ -83,13 +87,14 @@ METHODS: dict[str, Method] = {
     "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
                     lambda p, loaded: dict(p)),
     "draft": Method({"num_speculative_tokens": 3, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
-    "eagle": Method({"num_steps": 5, "topk": 4, "num_draft_tokens": 8, "batch_budget": 16, "eagle": str(DEFAULT_EAGLE)},
+    "eagle": Method({"num_steps": 5, "topk": 4, "num_draft_tokens": 8, "batch_budget": 16, "draft_vocab": None,
+                     "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
     "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
 }
 
 
-OPTIONAL = {"batch_budget"}  # parameters that ``none`` turns off
+OPTIONAL = {"batch_budget", "draft_vocab"}  # parameters that ``none`` turns off
 
 
 def _value(text: str, default: Any, key: str = "") -> Any:
@@ -149,4 +154,6 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
+        if kind == "eagle" and spec.params.get("draft_vocab") is not None:
+            options = {"reduced_vocab": spec.params["draft_vocab"]}
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

@@ -265,12 +265,17 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
 
 
 def _warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:
-    """Fill the prompt cache (timed: the prefill figure of the run) and run each method once, briefly."""
+    """Fill the prompt cache (timed: the prefill figure of the run) with the target's and each drafter's
+    prompt state, and run each method once, briefly."""
     lm = target.loaded
     if target.cache is not None:
         engine = Engine(lm.model, 1, max(map(len, target.prompts)) + 4, lm.tokenizer.stop_ids, None, target.cache)
         for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
             engine.generate([ids], SamplingParams(max_tokens=1))
     for spec in specs:
+        if target.cache is not None and make_proposer(spec.name, **options_of[spec.label]).prompt_cache_key is not None:
+            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
+                run_once(target, make_proposer(spec.name, **options_of[spec.label]), 1,
+                         [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
         proposer = make_proposer(spec.name, **options_of[spec.label])
         run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

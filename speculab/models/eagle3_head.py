@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
+from speculab.models.linear import prepack_linears
 from speculab.models.llama import MLP, Attention, ForwardBatch, RMSNorm, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.eagle_head import read_head_config, read_head_tensors
 from speculab.models.loading import CheckpointError
@@ -54,7 +55,7 @@ class Eagle3Head(nn.Module):
         return eagle3_feature_layers(target.config.num_layers)
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
-        c, w = self.config, self.fc.weight
+        c, w = self.config, self.norm.weight  # fc may be prepacked: no .weight
         return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
 
     def map_tokens(self, draft_ids: Tensor) -> Tensor:
@@ -75,7 +76,7 @@ class Eagle3Head(nn.Module):
     @torch.no_grad()
     def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
         """The head's pre-norm hidden states [batch, q, H]."""
-        dtype = self.fc.weight.dtype
+        dtype = self.norm.weight.dtype
         h = self.fc(features.to(dtype)) if features.shape[-1] == 3 * self.target_hidden else features.to(dtype)
         x = torch.cat([self.input_layernorm(target.embed_tokens(tokens).to(dtype)), self.hidden_norm(h)], dim=-1)
         batch.prepare(self.config)
@@ -85,7 +86,7 @@ class Eagle3Head(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> Eagle3Head:
+def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None, prepack: bool = True) -> Eagle3Head:
     """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target."""
     folder = Path(folder)
     raw, config, config_path = read_head_config(folder)
@@ -125,4 +126,7 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
     mapped = head.map_tokens(torch.arange(draft_vocab))
     if int(mapped.min()) < 0 or int(mapped.max()) >= config.vocab_size:
         raise CheckpointError(f"{folder}: d2t maps draft tokens outside the target vocabulary")
-    return head.to(target.norm.weight.device).eval().requires_grad_(False)
+    head = head.to(target.norm.weight.device).eval().requires_grad_(False)
+    if prepack:  # inference only: the packed linears have no .weight to train or inspect
+        prepack_linears(head)  # oneDNN-packed like the target's linears (models/linear.py)
+    return head

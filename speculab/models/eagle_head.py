@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
+from speculab.models.linear import prepack_linears
 from speculab.models.llama import Block, ForwardBatch, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError, iter_tensors
 
@@ -38,7 +39,7 @@ class EagleHead(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling), persistent=False)
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
-        c, w = self.config, self.fc.weight
+        c, w = self.config, self.layer.post_attention_layernorm.weight  # fc may be prepacked: no .weight
         return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
 
     def forward(  # differentiable: the trainer calls it with a fresh cache; loaded heads have no grads
@@ -60,7 +61,7 @@ class EagleHead(nn.Module):
     def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
         """The head's output features [batch, q, hidden], before the lm_head."""
         embed = self.embed_tokens if self.embed_tokens is not None else target.embed_tokens
-        dtype = self.fc.weight.dtype
+        dtype = self.layer.post_attention_layernorm.weight.dtype
         x = self.fc(torch.cat([embed(tokens).to(dtype), features.to(dtype)], dim=-1))
         batch.prepare(self.config)
         cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
@@ -95,7 +96,26 @@ def read_head_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], optional
     return {name: tensors[name] for name in expected}
 
 
-def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None) -> EagleHead:
+RANKING_FILE = "draft_vocab.safetensors"  # optional: token ids by falling frequency (speculab.train.vocab)
+
+
+def load_token_ranking(folder: str | Path, vocab_size: int) -> Tensor:
+    """The head folder's token ranking ``token_ids`` [n]; a clear error when absent or out of range."""
+    path = Path(folder) / RANKING_FILE
+    if not path.exists():
+        raise CheckpointError(f"{path}: no token ranking for a reduced draft vocabulary; "
+                              "make one with `speculab train vocab --out FOLDER` or leave draft_vocab unset")
+    from safetensors.torch import load_file
+
+    ids = load_file(path).get("token_ids")
+    if ids is None or ids.dim() != 1 or ids.numel() == 0:
+        raise CheckpointError(f"{path}: tensor 'token_ids' missing or not a non-empty 1-D tensor")
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size or ids.unique().numel() != ids.numel():
+        raise CheckpointError(f"{path}: 'token_ids' must be distinct ids below the target's vocab_size {vocab_size}")
+    return ids.long()
+
+
+def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None, prepack: bool = True) -> EagleHead:
     """Load an EAGLE-1/2 head folder for ``target``; shapes are checked against the target."""
     folder = Path(folder)
     raw, config, config_path = read_head_config(folder)
@@ -137,4 +157,7 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
     head.load_state_dict(state, assign=True, strict=True)
     head.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
     device = target.norm.weight.device
-    return head.to(device).eval().requires_grad_(False)
+    head = head.to(device).eval().requires_grad_(False)
+    if prepack:  # inference only: the packed linears have no .weight to train or inspect
+        prepack_linears(head)  # oneDNN-packed like the target's linears (models/linear.py)
+    return head

@@ -75,6 +75,16 @@ class KVCache:
             self.kv[:, slot].index_copy_(2, dst, moved)
         self.commit(slot, dst_start + n)
 
+    def export(self, slot: int) -> Tensor:
+        """A copy of the slot's committed positions: [layers, 2*kv_heads, length, head_dim]."""
+        return self.kv[:, slot, :, : self.lengths[slot]].clone()
+
+    def load(self, slot: int, kv: Tensor) -> None:
+        """Fill the slot with an ``export``ed copy and commit it."""
+        n = kv.shape[2]
+        self.commit(slot, n)
+        self.kv[:, slot, :, :n].copy_(kv)
+
     def move(self, src: int, dst: int) -> None:
         """Move slot ``src``'s committed positions into slot ``dst`` (which becomes its owner)."""
         n = self.lengths[src]

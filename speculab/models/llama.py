@@ -215,6 +215,20 @@ class Transformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.norm.weight.dtype
 
+    @torch.no_grad()
+    def lm_head_rows(self, token_ids: Tensor) -> Tensor:
+        """The lm_head's weight rows for ``token_ids`` [n] → [n, hidden], in the model's dtype.
+
+        A prepacked lm_head no longer holds a plain weight: a tied one is read from the embedding, an
+        untied one is recovered exactly by running it on the identity (each output is one weight times 1).
+        """
+        if isinstance(self.lm_head, nn.Linear):
+            return self.lm_head.weight[token_ids].to(self.dtype)
+        if self.config.tie_word_embeddings:
+            return self.embed_tokens.weight[token_ids].to(self.dtype)
+        eye = torch.eye(self.config.hidden_size, dtype=self.dtype, device=self.norm.weight.device)
+        return self.lm_head(eye)[:, token_ids].T.contiguous()
+
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         c = self.config
         return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.dtype, self.norm.weight.device)

@@ -51,6 +51,20 @@ class DraftModelProposer(Proposer):
     # -- slots ------------------------------------------------------------------
     def admit(self, slot: int, request, features=None) -> None:
         prefill(self.model, self.cache, slot, request.prompt_ids)
+        self._start(slot, request)
+
+    @property
+    def prompt_cache_key(self) -> object:
+        return ("draft", id(self.model))
+
+    def prompt_state(self, slot: int) -> torch.Tensor:
+        return self.cache.export(slot)  # the draft model's KV of the prompt
+
+    def admit_cached(self, slot: int, request, features, state: torch.Tensor) -> None:
+        self.cache.load(slot, state)
+        self._start(slot, request)
+
+    def _start(self, slot: int, request) -> None:
         self.synced[slot], self.pending[slot] = len(request.prompt_ids), []
         seed = request.params.seed
         self.generators[slot] = None if request.params.greedy else torch.Generator().manual_seed((seed or 0) + 0x5EED)

@@ -26,10 +26,11 @@ Does not know: verification, or the target's cache.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
+from speculab.models.linear import PackedLinear, can_prepack
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.spec.draft_model import VocabularyMismatchError
 from speculab.spec.proposer import Proposer, ProposeState, register
@@ -42,21 +43,45 @@ class EagleProposer(Proposer):
     needs_features = True
 
     def __init__(self, head: EagleHead, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16,
-                 batch_budget: int | None = None):
+                 batch_budget: int | None = None, draft_vocab: Tensor | None = None):
         """``batch_budget``: the most draft nodes per step over the whole batch. A row then gets
         ``budget // batch`` nodes at most, and the tree narrows (topk, steps) to fit: at large batch sizes a
         verify step's extra tokens are no longer free, so the tree shrinks towards a short chain (vLLM's
-        per-batch-size table of speculative tokens plays the same role). None: every row gets the full tree."""
+        per-batch-size table of speculative tokens plays the same role). None: every row gets the full tree.
+
+        ``draft_vocab``: [n] target token ids the head may draft (FR-Spec: the most frequent ones); its
+        logits then come from those n rows of the lm_head only. None: the whole vocabulary."""
         if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
             raise ValueError("need num_steps >= 1, topk >= 1 and num_draft_tokens >= 2")
         if batch_budget is not None and batch_budget < 1:
             raise ValueError("batch_budget must be at least 1")
         self.head, self.target = head, target
+        self.device = target.norm.weight.device
+        self.vocab_ids, self.draft_lm_head = None, None
         self.num_steps, self.topk = num_steps, topk
         most_nodes = topk + (num_steps - 1) * topk * topk
         self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
         self.batch_budget = batch_budget
-        self.device = target.norm.weight.device
+        if draft_vocab is not None:
+            self._reduce_vocabulary(draft_vocab)
+
+    def _reduce_vocabulary(self, token_ids: Tensor) -> None:
+        if getattr(self.head, "d2t", None) is not None:
+            raise ValueError("an EAGLE-3 head drafts over its own vocabulary; draft_vocab applies to EAGLE-1/2 heads")
+        if token_ids.numel() < self.topk:
+            raise ValueError(f"draft_vocab keeps {token_ids.numel()} tokens, fewer than topk={self.topk}")
+        rows = self.target.lm_head_rows(token_ids.to(self.device))  # [n, hidden]
+        linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=self.device, dtype=rows.dtype)
+        linear.weight = nn.Parameter(rows, requires_grad=False)
+        packable = self.device.type == "cpu" and can_prepack(rows.dtype)
+        self.draft_lm_head = PackedLinear(linear) if packable else linear
+        self.vocab_ids = token_ids.to(self.device)
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """The head's draft logits [..., vocab or n kept tokens] for its output features [..., hidden]."""
+        if self.draft_lm_head is None:
+            return self.head.logits(self.target, hidden)
+        return self.draft_lm_head(hidden.to(self.target.dtype))
 
     def tree_shape(self, batch_size: int) -> tuple[int, int, int]:
         """(topk, num_steps, draft nodes kept) per row at this batch size."""
@@ -74,8 +99,24 @@ class EagleProposer(Proposer):
 
     # -- slots ------------------------------------------------------------------
     def admit(self, slot: int, request, features: Tensor | None = None) -> None:
+        """Feed the prompt's (token, feature) pairs now, alone: all but the last, which pairs the last
+        prompt feature with the first output token (sampled after the prefill, so unknown here)."""
         self.cache.lengths[slot] = 0
-        self.features[slot] = [features]
+        n = len(request.prompt_ids)
+        if n > 1:
+            self._feed([(request.prompt_ids[1:], features[: n - 1])], [slot])
+        self.features[slot] = [features[n - 1 :]]
+
+    @property
+    def prompt_cache_key(self) -> object:
+        return ("eagle-head", id(self.head))
+
+    def prompt_state(self, slot: int) -> Tensor:
+        return self.cache.export(slot)  # the head's KV of the prompt
+
+    def admit_cached(self, slot: int, request, features: Tensor | None, state: Tensor) -> None:
+        self.cache.load(slot, state)
+        self.features[slot] = [features[len(request.prompt_ids) - 1 :]]
 
     def observe(self, slot: int, features: Tensor) -> None:
         self.features[slot].append(features)
@@ -92,8 +133,8 @@ class EagleProposer(Proposer):
     def _catch_up(self, reqs, slots) -> tuple[Tensor, Tensor]:
         """Feed each slot's new (token, feature) pairs; returns the last pair's logits [B, V] and hidden [B, H].
 
-        A request admitted since the last step brings its whole prompt; it is fed alone, because rows fed
-        together are padded to the longest and a short row's padding would run past its cache room.
+        Rows fed together are padded to the longest, and a short row's padding must not run past its cache
+        room: a row with more pairs than a verify step can bring (a long catch-up) is fed alone.
         """
         pairs = []
         for slot, r in zip(slots, reqs):
@@ -110,7 +151,7 @@ class EagleProposer(Proposer):
                 last_hidden[i] = h
         hidden = torch.stack(last_hidden)  # [B, H]
         # Only the last position's logits are needed: a first catch-up spans the whole prompt.
-        return self.head.logits(self.target, hidden).float(), hidden
+        return self._logits(hidden).float(), hidden
 
     def _feed(self, pairs: list[tuple[list[int], Tensor]], slots: list[int]) -> Tensor:
         """Run (tokens, features) pairs into the head's cache; returns each row's last hidden state [rows, H]."""
@@ -150,7 +191,8 @@ class EagleProposer(Proposer):
             mask = self._tree_mask(committed, ancestors, slots_now)
             positions = (committed[:, None] + depth - 1).expand(bsz, k)
             batch = ForwardBatch(torch.tensor(slots), positions, slots_now, mask, slice(slots[0], slots[0] + bsz))
-            logits, hidden = self.head(self.target, tokens.to(self.device), frontier_features.to(self.device), batch, self.cache)
+            hidden = self.head.hidden(self.target, tokens.to(self.device), frontier_features.to(self.device), batch, self.cache)
+            logits = self._logits(hidden)
             child_logp, child_tokens = logits.float().log_softmax(-1).topk(k, dim=-1)  # [B, k, k]
             child_tokens = self._to_target(child_tokens)
             child_scores = (scores[:, :, None] + child_logp).reshape(bsz, k * k)
@@ -170,8 +212,8 @@ class EagleProposer(Proposer):
         return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1), keep)
 
     def _to_target(self, ids: Tensor) -> Tensor:
-        """Head vocabulary ids to target ids (EAGLE-3 heads draft over a reduced vocabulary)."""
-        return ids
+        """Draft vocabulary ids to target ids (the kept tokens of ``draft_vocab``; EAGLE-3 maps its own)."""
+        return ids if self.vocab_ids is None else self.vocab_ids[ids]
 
     def _tree_mask(self, committed: Tensor, ancestors: list[Tensor], slots_now: Tensor) -> Tensor:
         """[B, 1, k, length]: committed entries, the node's ancestors, and itself."""
@@ -272,7 +314,8 @@ class StaticTreeEagleProposer(EagleProposer):
             batch = ForwardBatch(torch.tensor(slots), positions, slots_now, self._tree_mask(committed, ancestors, slots_now),
                                  slice(slots[0], slots[0] + bsz))
             node_tokens = tokens[:, [self.index[p] for p in parents]]
-            logits, hidden = self.head(self.target, node_tokens.to(self.device), features.to(self.device), batch, self.cache)
+            hidden = self.head.hidden(self.target, node_tokens.to(self.device), features.to(self.device), batch, self.cache)
+            logits = self._logits(hidden)
             ranked = self._to_target(logits.float().topk(self.topk, dim=-1).indices)  # [B, parents, topk]
             for j, p in enumerate(parents):
                 hidden_of[p], slot_of[p] = hidden[:, j], slots_now[:, j]

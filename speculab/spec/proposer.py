@@ -2,7 +2,10 @@
 
 A proposer turns the running requests into one :class:`Draft` each
 (``propose``). Proposers with state of their own (a draft model's KV cache)
-follow the engine's slots through ``admit`` / ``move`` / ``release``. The
+follow the engine's slots through ``admit`` / ``move`` / ``release``. What
+``admit`` builds from a prompt alone can be cached with the target's prompt
+(``prompt_cache_key``, ``prompt_state``, ``admit_cached``), so that a cached
+prompt skips the drafter's prefill as it skips the target's. The
 engine knows proposers only through this interface and the registry, never by
 method name.
 
@@ -47,6 +50,19 @@ class Proposer:
 
     def admit(self, slot: int, request: "Request", features: "Tensor | None" = None) -> None:
         """A request entered ``slot``; features: [prompt_len, hidden] the target's prefill hidden states."""
+
+    @property
+    def prompt_cache_key(self) -> object | None:
+        """Names the drafter whose ``prompt_state`` may be cached with a prompt; None: nothing to cache."""
+        return None
+
+    def prompt_state(self, slot: int) -> Any:
+        """What ``admit`` built from the prompt alone in ``slot``, for ``admit_cached``."""
+        raise NotImplementedError
+
+    def admit_cached(self, slot: int, request: "Request", features: "Tensor | None", state: Any) -> None:
+        """``admit`` from a cached ``prompt_state`` of the same prompt and drafter."""
+        raise NotImplementedError
 
     def observe(self, slot: int, features: "Tensor") -> None:
         """features: [accepted + 1, hidden] the target's hidden states at the kept path (root first)."""

@@ -23,7 +23,8 @@ def add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a drafter (EAGLE head or draft model) for a target")
     kinds = t.add_subparsers(dest="kind", required=True)
     for kind, help_text in (("eagle", "an EAGLE-1/2 head (published layout)"), ("draft", "a small draft model (HF layout)"),
-                            ("data", "only make (or finish) the self-distilled data both trainers read")):
+                            ("data", "only make (or finish) the self-distilled data both trainers read"),
+                            ("vocab", "only write the token ranking (draft_vocab.safetensors) beside an existing head")):
         p = kinds.add_parser(kind, help=help_text)
         p.add_argument("--target", default=None, help="target checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
         if kind != "data":
@@ -41,6 +42,10 @@ def add_train_parser(sub) -> None:
         p.add_argument("--eval-prompts", type=int, default=8)
         p.add_argument("--eval-tokens", type=int, default=96)
         p.add_argument("--seed", type=int, default=0)
+        if kind in ("eagle", "vocab"):
+            p.add_argument("--ranking-source-chars", type=int, default=2_000_000,
+                           help="characters per domain of training-share source files counted, beside the "
+                                "self-distilled data, for the token ranking of reduced draft vocabularies (0: data only)")
         p.add_argument("--device", default=None)
         if kind == "draft":
             p.add_argument("--hidden-size", type=int, default=192)
@@ -63,6 +68,25 @@ def _data(args, loaded):
     features = load_features(data_dir, sequences)
     items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in sequences]
     return spec, sequences, items, data_manifest(sequences, spec)
+
+
+def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str], source_chars: int) -> dict:
+    """The token ranking for reduced draft vocabularies, beside the head; a shipped manifest is kept current."""
+    from speculab.train.card import sha256_of
+    from speculab.train.vocab import rank_tokens, save_ranking
+
+    if not (out / "config.json").exists():
+        raise SystemExit(f"{out}: no head there (config.json missing)")
+    ids, counts = rank_tokens(loaded.tokenizer, sequences, source_chars)
+    path = save_ranking(out, ids, counts)
+    record = {"file": path.name, "distinct_tokens": ids.numel(), "counted_tokens": int(counts.sum())}
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        manifest["files"][path.name] = sha256_of(path)
+        manifest["token_ranking"] = record | {"command": " ".join(command)}
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return record
 
 
 def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
@@ -92,6 +116,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.kind == "data":
         print(json.dumps({k: v for k, v in data.items() if k not in ("files", "sources")}))
         return 0
+    if args.kind == "vocab":
+        print(json.dumps(_write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)))
+        return 0
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
     trainer = TRAINERS[args.kind]
@@ -110,6 +137,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     state_dir = args.out / "state"  # checkpoint and logs: resumable, not shipped
     result = loop.run(model, batches, step_fn, cfg, state_dir, resume=args.resume, desc=f"train {args.kind}")
     save(model, args.out)
+    if args.kind == "eagle":
+        _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
     history = loop.read_log(state_dir)
     (args.out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     plot_losses(history, metrics, args.out / "loss.png", f"speculab train {args.kind}: {loaded.path.name}")

@@ -103,3 +103,13 @@ def test_embedded_smollm2_matches_transformers():
         ref = hf(tokens).logits
     torch.testing.assert_close(out.logits, ref, atol=2e-4, rtol=2e-4)
     assert torch.equal(out.logits.argmax(-1), ref.argmax(-1))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("prepack", [False, True])
+def test_lm_head_rows_are_the_weight_rows(tied, prepack):
+    hf = tiny_hf_model("llama", tie_word_embeddings=tied)
+    ours = speculab_from_hf(hf, prepack=prepack)
+    ids = torch.tensor([0, 17, 255, 3])
+    expected = hf.lm_head.weight.detach()[ids]
+    assert torch.equal(ours.lm_head_rows(ids), expected)

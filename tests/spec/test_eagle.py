@@ -165,3 +165,44 @@ def test_a_long_prompt_joining_a_running_request_stays_in_cache_bounds(tmp_path,
     while engine.has_work:
         engine.step()
     assert [a.output_ids, b.output_ids] == [r.output_ids for r in base]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_reduced_draft_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tmp_path, hf_target, target, batch):
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    kept = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(0))[:40]
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8, draft_vocab=kept)
+    prompts = prompts_of([5 + 3 * i for i in range(batch)], seed=7)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    drafted: list[int] = []
+    propose = proposer.propose
+    proposer.propose = lambda state: [drafted.extend(d.tokens.tolist()) or d for d in propose(state)]
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    assert drafted and set(drafted) <= set(kept.tolist())
+
+
+def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, hf_target, target):
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    kept = torch.tensor([7, 3, 200, 11])
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=2, topk=2, num_draft_tokens=4, draft_vocab=kept)
+    hidden = torch.randn(2, 3, target.config.hidden_size)
+    full = head.logits(target, hidden)
+    torch.testing.assert_close(proposer._logits(hidden), full[..., kept], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="fewer than topk"):
+        make_proposer("eagle", head=head, target=target, topk=5, draft_vocab=kept)
+
+
+def test_token_ranking_file_is_checked(tmp_path, hf_target, target):
+    from safetensors.torch import save_file
+
+    from speculab.models.eagle_head import RANKING_FILE, load_token_ranking
+
+    write_eagle_head(tmp_path, hf_target.config)
+    with pytest.raises(CheckpointError, match="no token ranking"):
+        load_token_ranking(tmp_path, target.config.vocab_size)
+    save_file({"token_ids": torch.tensor([5, 5, 1])}, tmp_path / RANKING_FILE)
+    with pytest.raises(CheckpointError, match="distinct ids"):
+        load_token_ranking(tmp_path, target.config.vocab_size)
+    save_file({"token_ids": torch.tensor([5, 9, 1]), "counts": torch.tensor([3, 2, 1])}, tmp_path / RANKING_FILE)
+    assert load_token_ranking(tmp_path, target.config.vocab_size).tolist() == [5, 9, 1]

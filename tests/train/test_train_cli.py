@@ -1,12 +1,13 @@
 """``speculab train eagle|draft`` end to end on a tiny target with a ready data cache (no sources needed)."""
 
 import json
+from collections import Counter
 
 import pytest
 from safetensors.torch import save_file
 
 from speculab.cli import main
-from speculab.models.eagle_head import load_eagle_head
+from speculab.models.eagle_head import load_eagle_head, load_token_ranking
 from speculab.models.loading import load_model
 from speculab.train.data import DataSpec
 from tests.helpers import save_tiny_checkpoint
@@ -36,7 +37,7 @@ def target_and_data(tmp_path_factory):
 def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_path, capsys, kind):
     target, data = target_and_data
     out = tmp_path / kind
-    extra = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else []
+    extra = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else ["--ranking-source-chars", "0"]
     args = ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
             "--response-tokens", "24", "--steps", "4", "--checkpoint-every", "2", "--batch-tokens", "256",
             "--eval-prompts", "0", *extra]
@@ -50,7 +51,13 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     assert manifest["data"]["num_sequences"] == 4
     assert json.loads((out / "training_files.json").read_text()) == [f"cpython-stdlib@3.11.7:x{i}.py" for i in range(4)]
     if kind == "eagle":
-        load_eagle_head(out, load_model(target))
+        target_model = load_model(target)
+        load_eagle_head(out, target_model)
+        ranking = load_token_ranking(out, target_model.config.vocab_size)
+        counts = Counter(t for r in map(json.loads, (data / "sequences.jsonl").read_text().splitlines())
+                         for t in r["prompt_ids"] + r["response_ids"])
+        assert ranking.tolist() == sorted(counts, key=lambda t: (-counts[t], t))  # the data's tokens by falling frequency
+        assert "draft_vocab.safetensors" in manifest["files"]
     else:
         assert load_model(out).config.num_layers == 1
     # a resumed run with a larger step budget continues from the saved step

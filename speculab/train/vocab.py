@@ -1,0 +1,54 @@
+"""A token frequency ranking: which target tokens a reduced draft vocabulary keeps (FR-Spec).
+
+A drafter that scores only the most frequent tokens pays a fraction of the full
+lm_head per draft step (on SmolLM2 the 49k-row lm_head is most of an EAGLE
+step). Verification still uses the target's full distribution, so the output
+is unchanged; a token outside the kept set simply cannot be drafted.
+
+Knows: counting tokens over the self-distilled training sequences and the
+training share of the code sources (never the benchmark's files), and the file
+that holds the ranking beside a head (``draft_vocab.safetensors``: ``token_ids``
+[n] in falling frequency, ``counts`` [n]). Does not know: how a proposer uses it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from speculab.models.eagle_head import RANKING_FILE
+
+DOMAINS = ("python", "typescript", "sql")
+
+
+def rank_tokens(tokenizer, sequences: list[dict], chars_per_domain: int = 2_000_000) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids in falling frequency [n], their counts [n]) over the sequences and the training sources.
+
+    Each domain's training files are read in sorted order up to ``chars_per_domain`` characters, so the
+    ranking is reproducible and no domain dominates by its size. Ties are broken by token id.
+    """
+    from speculab.train.data import training_files
+
+    counts: Counter[int] = Counter()
+    for s in sequences:
+        counts.update(s["prompt_ids"])
+        counts.update(s["response_ids"])
+    for domain in DOMAINS if chars_per_domain > 0 else ():
+        taken = 0
+        for f in training_files(domain):
+            if taken >= chars_per_domain:
+                break
+            text = f.text[: chars_per_domain - taken]
+            counts.update(tokenizer.encode(text))
+            taken += len(text)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return torch.tensor([t for t, _ in ranked], dtype=torch.int64), torch.tensor([c for _, c in ranked], dtype=torch.int64)
+
+
+def save_ranking(folder: Path, token_ids: torch.Tensor, counts: torch.Tensor) -> Path:
+    path = Path(folder) / RANKING_FILE
+    save_file({"token_ids": token_ids.contiguous(), "counts": counts.contiguous()}, path)
+    return path
