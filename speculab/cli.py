@@ -38,7 +38,6 @@ def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
 def build_proposer(args: argparse.Namespace, loaded):
     """The proposer named by --method, built from its own flags."""
     from speculab.models.eagle3_head import load_eagle3_head
-    from speculab.models.eagle_head import load_eagle_head
     from speculab.spec.proposer import make_proposer
 
     from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, load_draft_model

@@ -67,8 +67,11 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         head = loader(folder, loaded.model)
         options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
                    "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
-        if p.get("draft_vocab") is not None:  # FR-Spec: the head scores the most frequent tokens only
-            options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[: p["draft_vocab"]]
+        size = p.get("draft_vocab")
+        if size == "auto":  # the reduced vocabulary where the head ships a token ranking, else the full one
+            size = AUTO_DRAFT_VOCAB if (folder / e2.RANKING_FILE).exists() else None
+        if size is not None:  # FR-Spec: the head scores the most frequent tokens only
+            options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
         return options
 
     return build
@@ -82,24 +85,30 @@ def _existing(path: str | Path, key: str) -> Path:
     return path
 
 
+AUTO_DRAFT_VOCAB = 4096  # draft_vocab=auto: tokens kept (94% of the workload's baseline output tokens; BENCHMARKS.md)
+LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (spec/limit.py)
+
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
-    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
+    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None},
                     lambda p, loaded: dict(p)),
-    "draft": Method({"num_speculative_tokens": 3, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
-    "eagle": Method({"num_steps": 5, "topk": 4, "num_draft_tokens": 8, "batch_budget": 16, "draft_vocab": None,
+    "draft": Method({"num_speculative_tokens": 3, LIMIT: None, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
+    "eagle": Method({"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 16, "draft_vocab": "auto", LIMIT: None,
                      "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
-    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, "eagle": None}, _eagle_options("eagle3"), "eagle", "eagle3"),
+    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, LIMIT: None, "eagle": None},
+                     _eagle_options("eagle3"), "eagle", "eagle3"),
 }
 
 
-OPTIONAL = {"batch_budget", "draft_vocab"}  # parameters that ``none`` turns off
+OPTIONAL = {"batch_budget", "draft_vocab", LIMIT}  # parameters that ``none`` turns off
 
 
 def _value(text: str, default: Any, key: str = "") -> Any:
     if key in OPTIONAL and text.lower() in ("", "none"):
         return None
+    if key == "draft_vocab":
+        return "auto" if text == "auto" else int(text)
     if default is None:
         return int(text)
     if isinstance(default, bool):
@@ -124,18 +133,27 @@ def parse_method(text: str) -> MethodSpec:
         try:
             params[key] = _value(value, METHODS[name].defaults[key], key)
         except ValueError:
-            kind = type(METHODS[name].defaults[key]).__name__ if METHODS[name].defaults[key] is not None else "int"
+            default = METHODS[name].defaults[key]
+            kind = "int, auto or none" if key == "draft_vocab" else type(default).__name__ if default is not None else "int"
             raise ValueError(f"{text!r}: {key} must be a {kind}") from None
     if METHODS[name].drafter and params.get(METHODS[name].drafter) is None:
         raise ValueError(f"{name} needs {METHODS[name].drafter}=PATH")
     return MethodSpec(name, params)
 
 
-def build_proposer(spec: MethodSpec, loaded):
+def proposer_options(spec: MethodSpec, loaded) -> dict:
+    """The proposer's constructor options (drafters loaded): build once, then ``new_proposer`` per run."""
+    return METHODS[spec.name].build({k: v for k, v in spec.params.items() if k != LIMIT}, loaded)
+
+
+def new_proposer(spec: MethodSpec, options: dict):
+    """A fresh proposer for one run, limited to small batches when the spec says so."""
+    from speculab.spec.limit import SpeculationLimit
     from speculab.spec.proposer import make_proposer
 
-    options = {k: v for k, v in spec.params.items()}
-    return make_proposer(spec.name, **METHODS[spec.name].build(options, loaded))
+    proposer = make_proposer(spec.name, **options)
+    limit = spec.params.get(LIMIT)
+    return proposer if limit is None else SpeculationLimit(proposer, limit)
 
 
 def drafter_path(spec: MethodSpec) -> Path | None:
@@ -145,7 +163,7 @@ def drafter_path(spec: MethodSpec) -> Path | None:
 
 def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
     from speculab.bench.memory import estimate
-    from speculab.models.eagle_head import read_head_config
+    from speculab.models.eagle_head import RANKING_FILE, read_head_config
 
     kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
     drafter_cfg, options = None, {}
@@ -154,6 +172,8 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-        if kind == "eagle" and spec.params.get("draft_vocab") is not None:
-            options = {"reduced_vocab": spec.params["draft_vocab"]}
+        size = spec.params.get("draft_vocab")
+        if kind == "eagle" and size is not None:
+            size = AUTO_DRAFT_VOCAB if size == "auto" and (path / RANKING_FILE).exists() else size
+            options = {"reduced_vocab": size} if isinstance(size, int) else {}
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

@@ -25,13 +25,12 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.memory import machine_memory_budget
-from speculab.bench.methods import METHODS, MethodSpec, drafter_path, memory_estimate
+from speculab.bench.methods import MethodSpec, drafter_path, memory_estimate, new_proposer, proposer_options
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
 from speculab.engine import Engine, PromptCache, Request
 from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import make_proposer
 from speculab.spec.stats import SpecStats
 
 PROFILES = {
@@ -187,7 +186,7 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
     runs = []
     reset_peak_memory()
     for _ in range(cfg.repeats):
-        proposer = make_proposer(spec.name, **options)
+        proposer = new_proposer(spec, options)
         requests, wall = run_once(target, proposer, batch_size, params, bar)
         tokens = sum(len(r.output_ids) for r in requests)
         runs.append((tokens / wall, wall, tokens, requests))
@@ -253,7 +252,7 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     specs = sorted(cfg.methods, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
     todo = [(s, b) for s in specs for b in cfg.batch_sizes if (s.label, b) not in done]
     # each method's drafter is loaded once, for the warm-up and every cell
-    options_of = {s.label: METHODS[s.name].build(dict(s.params), loaded) for s in specs}
+    options_of = {s.label: proposer_options(s, loaded) for s in specs}
     _warm_up(target, specs, options_of, progress)
     planned = len(todo) * len(prompts) * cfg.max_tokens * cfg.repeats
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
@@ -273,9 +272,9 @@ def _warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict
         for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
             engine.generate([ids], SamplingParams(max_tokens=1))
     for spec in specs:
-        if target.cache is not None and make_proposer(spec.name, **options_of[spec.label]).prompt_cache_key is not None:
+        if target.cache is not None and new_proposer(spec, options_of[spec.label]).prompt_cache_key is not None:
             with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
-                run_once(target, make_proposer(spec.name, **options_of[spec.label]), 1,
+                run_once(target, new_proposer(spec, options_of[spec.label]), 1,
                          [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
-        proposer = make_proposer(spec.name, **options_of[spec.label])
+        proposer = new_proposer(spec, options_of[spec.label])
         run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

@@ -116,9 +116,14 @@ def test_prompt_cache_reproduces_a_fresh_prefill():
 def test_method_specs_parse_with_defaults_and_labels():
     from speculab.bench.methods import parse_method
 
-    assert parse_method("eagle").label == "eagle(5,4,8,16)"
+    assert parse_method("eagle").label == "eagle(3,2,4,16,auto)"
+    assert parse_method("eagle:draft_vocab=none").label == "eagle(3,2,4,16)"
+    assert parse_method("eagle:draft_vocab=2048").params["draft_vocab"] == 2048
+    with pytest.raises(ValueError, match="int, auto or none"):
+        parse_method("eagle:draft_vocab=many")
     spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
-    assert spec.params["batch_budget"] is None and spec.label == "eagle(5,8,32)"
-    assert parse_method("ngram:num_speculative_tokens=3").params == {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert spec.params["batch_budget"] is None and spec.label == "eagle(5,8,32,auto)"
+    assert parse_method("ngram:num_speculative_tokens=3").params == {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5,
+                                                                    "disable_by_batch_size": None}
     with pytest.raises(ValueError, match="takes"):
         parse_method("baseline:k=1")

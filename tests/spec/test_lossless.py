@@ -95,3 +95,4 @@ def test_vocabulary_mismatch_is_a_clear_error(target):
 def test_unknown_method_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown method 'medusa'"):
         make_proposer("medusa")
+
