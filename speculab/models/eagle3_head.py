@@ -62,10 +62,10 @@ class Eagle3Head(nn.Module):
         """Draft-vocabulary ids to target ids."""
         return draft_ids + self.d2t[draft_ids]
 
-    @torch.no_grad()
     def forward(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> tuple[Tensor, Tensor]:
         """tokens [batch, q]; features [batch, q, 3*H_target] from the target or [batch, q, H] from this head.
-        Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H])."""
+        Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H]).
+        Differentiable: the EAGLE-3 trainer calls it; a loaded head has no grads, so no graph is built."""
         h = self.hidden(target, tokens, features, batch, cache)
         return self.logits(target, h), h
 
@@ -73,7 +73,6 @@ class Eagle3Head(nn.Module):
         """[..., draft_vocab] from the head's pre-norm hidden states."""
         return self.lm_head(self.norm(hidden))
 
-    @torch.no_grad()
     def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
         """The head's pre-norm hidden states [batch, q, H]."""
         dtype = self.norm.weight.dtype

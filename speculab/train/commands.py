@@ -22,7 +22,9 @@ from speculab.models.embedded import cache_dir
 def add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a drafter (EAGLE head or draft model) for a target")
     kinds = t.add_subparsers(dest="kind", required=True)
-    for kind, help_text in (("eagle", "an EAGLE-1/2 head (published layout)"), ("draft", "a small draft model (HF layout)"),
+    for kind, help_text in (("eagle", "an EAGLE-1/2 head (published layout)"),
+                            ("eagle3", "an EAGLE-3 head (published layout), with the training-time test"),
+                            ("draft", "a small draft model (HF layout)"),
                             ("data", "only make (or finish) the self-distilled data both trainers read"),
                             ("vocab", "only write the token ranking (draft_vocab.safetensors) beside an existing head")):
         p = kinds.add_parser(kind, help=help_text)
@@ -42,7 +44,10 @@ def add_train_parser(sub) -> None:
         p.add_argument("--eval-prompts", type=int, default=8)
         p.add_argument("--eval-tokens", type=int, default=96)
         p.add_argument("--seed", type=int, default=0)
-        if kind in ("eagle", "vocab"):
+        if kind == "eagle3":
+            p.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
+            p.add_argument("--ttt-steps", type=int, default=7, help="training-time test: steps the head is unrolled")
+        if kind in ("eagle", "eagle3", "vocab"):
             p.add_argument("--ranking-source-chars", type=int, default=2_000_000,
                            help="characters per domain of training-share source files counted, beside the "
                                 "self-distilled data, for the token ranking of reduced draft vocabularies (0: data only)")
@@ -68,6 +73,15 @@ def _data(args, loaded):
     features = load_features(data_dir, sequences)
     items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in sequences]
     return spec, sequences, items, data_manifest(sequences, spec)
+
+
+def _earlier_commands(out: Path) -> list[str]:
+    """The commands of the runs a resumed run continues (from the manifest they left)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return []
+    manifest = json.loads(path.read_text())
+    return manifest.get("commands") or [manifest["command"]]
 
 
 def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str], source_chars: int) -> dict:
@@ -122,7 +136,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
     trainer = TRAINERS[args.kind]
-    model, step_fn, make_batch, save, load_for_eval, metrics = trainer.setup(args, target, loaded)
+    model, step_fn, make_batch, save, load_for_eval, metrics = trainer.setup(args, target, loaded, sequences)
     cfg = loop.LoopConfig(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
                           checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes)
     from speculab.train.data import batches_by_tokens
@@ -152,9 +166,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                     "final": history[-1] if history else {}}
     card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
                       data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command)
+    earlier = _earlier_commands(args.out) if args.resume else []
     write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
                    train_seconds=result.seconds,
-                   extra={"total_seconds": round(time.perf_counter() - started, 1), "acceptance": acceptance,
+                   extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
+                          "total_seconds": round(time.perf_counter() - started, 1), "acceptance": acceptance,
                           "steps": result.steps_done, "target": str(loaded.path)})
     (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
     print(json.dumps({"out": str(args.out), "card": str(card), "steps": result.steps_done,
@@ -167,7 +183,7 @@ class EagleTrainer:
     TITLE = "EAGLE-2 head for {target}"
 
     @staticmethod
-    def setup(args, target, loaded):
+    def setup(args, target, loaded, sequences):
         from speculab.models.eagle_head import load_eagle_head
         from speculab.spec.proposer import make_proposer
         from speculab.train.eagle import head_loss, make_batch, new_head, save_head
@@ -193,11 +209,45 @@ class EagleTrainer:
                 "in the acceptance figures below)."]
 
 
+class Eagle3Trainer:
+    TITLE = "EAGLE-3 head for {target}"
+
+    @staticmethod
+    def setup(args, target, loaded, sequences):
+        from speculab.models.eagle3_head import load_eagle3_head
+        from speculab.spec.proposer import make_proposer
+        from speculab.train.eagle3 import draft_vocabulary, make_batch, new_eagle3_head, save_eagle3_head, ttt_loss
+        from speculab.train.vocab import rank_tokens
+
+        raw = json.loads((loaded.path / "config.json").read_text())
+        ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
+        size = min(args.draft_vocab, target.config.vocab_size)
+        target_ids, _, _ = draft_vocabulary(ranking, size, target.config.vocab_size)
+        head = new_eagle3_head(target, target_ids, seed=args.seed)
+        step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps)  # noqa: E731
+
+        def load_for_eval(out, loaded):
+            return make_proposer("eagle3", head=load_eagle3_head(out, loaded.model), target=loaded.model,
+                                 num_steps=5, topk=8, num_draft_tokens=32)
+
+        return (head, step_fn, lambda group: make_batch(target, target_ids, group),
+                lambda m, out: save_eagle3_head(m, raw, out), load_for_eval, ("loss", "top1", "top1_step1", "top1_step2"))
+
+    @staticmethod
+    def summary(head, args) -> list[str]:
+        n = sum(p.numel() for p in head.parameters())
+        return [f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
+                f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
+                "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
+                f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k.",
+                "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below)."]
+
+
 class DraftTrainer:
     TITLE = "Draft model for {target}"
 
     @staticmethod
-    def setup(args, target, loaded):
+    def setup(args, target, loaded, sequences):
         from speculab.models.loading import load_model
         from speculab.spec.proposer import make_proposer
         from speculab.train.draft import draft_loss, make_batch, new_draft, save_draft
@@ -222,4 +272,4 @@ class DraftTrainer:
                 "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it)."]
 
 
-TRAINERS = {"eagle": EagleTrainer, "draft": DraftTrainer}
+TRAINERS = {"eagle": EagleTrainer, "eagle3": Eagle3Trainer, "draft": DraftTrainer}

@@ -7,6 +7,7 @@ import pytest
 from safetensors.torch import save_file
 
 from speculab.cli import main
+from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head, load_token_ranking
 from speculab.models.loading import load_model
 from speculab.train.data import DataSpec
@@ -33,11 +34,13 @@ def target_and_data(tmp_path_factory):
     return target, data
 
 
-@pytest.mark.parametrize("kind", ["eagle", "draft"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "draft"])
 def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_path, capsys, kind):
     target, data = target_and_data
     out = tmp_path / kind
-    extra = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else ["--ranking-source-chars", "0"]
+    extra = {"draft": ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"],
+             "eagle": ["--ranking-source-chars", "0"],
+             "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3"]}[kind]
     args = ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
             "--response-tokens", "24", "--steps", "4", "--checkpoint-every", "2", "--batch-tokens", "256",
             "--eval-prompts", "0", *extra]
@@ -58,6 +61,8 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
                          for t in r["prompt_ids"] + r["response_ids"])
         assert ranking.tolist() == sorted(counts, key=lambda t: (-counts[t], t))  # the data's tokens by falling frequency
         assert "draft_vocab.safetensors" in manifest["files"]
+    elif kind == "eagle3":
+        assert load_eagle3_head(out, load_model(target), prepack=False).lm_head.weight.shape[0] == 64
     else:
         assert load_model(out).config.num_layers == 1
     # a resumed run with a larger step budget continues from the saved step

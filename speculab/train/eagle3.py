@@ -1,0 +1,192 @@
+"""Train an EAGLE-3 head with the training-time test (TTT), on self-distilled sequences.
+
+Knows:
+- the head's inputs: the hidden states entering three target layers (low, middle,
+  high; ``eagle3_feature_layers``) side by side, fused by ``fc``, with the next
+  token's embedding; its own pre-norm output replaces them at later steps;
+- the draft vocabulary: the ``draft_vocab`` most frequent tokens of the training
+  data (``vocab.rank_tokens``), stored as the published ``d2t`` (draft id →
+  offset to the target id) and ``t2d`` (target id → in the draft vocabulary);
+- the training-time test: the head is unrolled for ``steps`` steps. At step k,
+  position t feeds token x_{t+1+k} with the head's step-(k-1) output at t, and
+  predicts x_{t+2+k}; it attends to the target-fed entries 0..t of step 0 and
+  to its own entries at t of steps 1..k (its draft chain), as at inference;
+- the loss: at each step the soft cross-entropy between the target's
+  distribution restricted to the draft vocabulary and the head's (reported as
+  KL, i.e. less the target's entropy: the same gradient), on positions
+  whose target top-1 token is in the draft vocabulary, weighted 0.8^k (the
+  reference's weights); there is no feature regression in EAGLE-3;
+- the published EAGLE-3 layout (``midlayer.*``, ``fc``, ``norm``, ``lm_head``,
+  ``d2t``, ``t2d``, ``draft_vocab_size``, ``target_hidden_size``).
+
+The target runs in the loop ("online" training, as SpecForge does): its three
+layers' inputs and its logits are recomputed for each batch, so the data cache
+of EAGLE-1/2 training (final hidden states only) serves here too.
+
+One deliberate difference from the reference: step k's entries at t take RoPE
+position t + k (the position of the token they stand for, as speculab's tree
+gives a depth-d node), where the reference keeps position t at every step.
+
+Does not know: the loop (``loop.py``) or where the data comes from (``data.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import Tensor
+
+from speculab.models.eagle3_head import Eagle3Head, eagle3_feature_layers
+from speculab.models.kv_cache import KVCache
+from speculab.models.llama import ForwardBatch, Transformer, causal_batch
+from speculab.train.eagle import head_config
+
+TTT_STEPS = 7  # the reference's unrolled length
+STEP_DECAY = 0.8  # loss weight of step k: 0.8 ** k
+
+
+@dataclass(frozen=True)
+class Eagle3Batch:
+    tokens: Tensor  # [batch, n] the sequences, padded
+    features: Tensor  # [batch, n, 3 * hidden] the three target layers' inputs at each position
+    target_logp: Tensor  # [batch, n, draft_vocab] the target's next-token log-probabilities over the draft vocabulary
+    in_draft_vocab: Tensor  # [batch, n] bool: the target's top-1 next token is in the draft vocabulary
+    lengths: Tensor  # [batch] real tokens per row
+
+
+def draft_vocabulary(ranking: Tensor, size: int, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(draft ids' target ids [size] ascending, d2t [size], t2d [vocab_size] bool) from a token ranking.
+
+    Padded with the lowest unranked ids when the ranking is shorter than ``size``."""
+    if not 1 <= size <= vocab_size:
+        raise ValueError(f"draft vocabulary size {size} must be between 1 and the target's {vocab_size}")
+    chosen = ranking[:size].tolist()
+    if len(chosen) < size:
+        taken = set(chosen)
+        chosen += [t for t in range(vocab_size) if t not in taken][: size - len(chosen)]
+    target_ids = torch.tensor(sorted(chosen), dtype=torch.long)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[target_ids] = True
+    return target_ids, target_ids - torch.arange(size), t2d
+
+
+def new_eagle3_head(target: Transformer, target_ids: Tensor, seed: int = 0, init_std: float = 0.02) -> Eagle3Head:
+    """A fresh fp32 EAGLE-3 head; its lm_head starts as the target's rows of the draft vocabulary."""
+    torch.manual_seed(seed)
+    config = dataclasses.replace(target.config, num_layers=1)
+    head = Eagle3Head(config, target.config.hidden_size, len(target_ids))
+    for name, p in head.named_parameters():
+        if name.endswith("norm.weight"):
+            torch.nn.init.ones_(p)
+        elif p.dim() == 2:
+            torch.nn.init.normal_(p, std=init_std)
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.lm_head_rows(target_ids).float())
+        head.d2t.copy_(target_ids - torch.arange(len(target_ids)))
+    return head.float()
+
+
+@torch.no_grad()
+def make_batch(target: Transformer, target_ids: Tensor, items: list[tuple[list[int], Tensor]]) -> Eagle3Batch:
+    """items: (token ids [n], unused EAGLE-1 features) per sequence; the target is run on the sequences."""
+    lengths = torch.tensor([len(ids) for ids, _ in items])
+    bsz, n = len(items), int(lengths.max())
+    tokens = torch.zeros(bsz, n, dtype=torch.long)
+    for i, (ids, _) in enumerate(items):
+        tokens[i, : len(ids)] = torch.tensor(ids)
+    layers = eagle3_feature_layers(target.config.num_layers)
+    cache = target.new_cache(bsz, n)
+    out = target(tokens, causal_batch(torch.arange(bsz), torch.zeros(bsz, dtype=torch.long), n), cache, capture_layers=layers)
+    features = torch.cat([out.captured[i] for i in layers], dim=-1).float()
+    logits = out.logits.float()
+    in_draft = torch.zeros(target.config.vocab_size, dtype=torch.bool)
+    in_draft[target_ids] = True
+    return Eagle3Batch(tokens, features, logits[..., target_ids].log_softmax(-1), in_draft[logits.argmax(-1)], lengths)
+
+
+def unrolled_hidden(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int) -> Iterator[Tensor]:
+    """The head's pre-norm outputs [batch, q, H] at each unrolled step (q = n - 2 positions).
+
+    Step k at position t feeds token x_{t+1+k} with step k-1's output at t (the target's features at
+    step 0), sits at RoPE position t + k, and sees step 0's entries 0..t and its own entries at t of
+    steps 1..k: exactly what a draft chain grown from position t sees at inference.
+    """
+    bsz, n = batch.tokens.shape
+    q = n - 2
+    t = torch.arange(q)
+    cache = KVCache(1, bsz, head.config.num_kv_heads, head.config.head_dim, steps * q, torch.float32, batch.features.device)
+    mask = torch.zeros(q, steps * q, dtype=torch.bool)
+    mask[:, :q] = t[None, :] <= t[:, None]  # step 0: position t sees the target-fed entries 0..t
+    hidden: Tensor = batch.features[:, :q]
+    for k in range(steps):
+        if k > 0:
+            mask[t, k * q + t] = True  # and, from step k on, its own draft at step k
+        tokens = batch.tokens[:, (t + 1 + k).clamp(max=n - 1)]  # past the sequence: padding, masked in the loss
+        # rows as a tensor, not a slice: reading the cache then copies, so the next step's in-place
+        # writes leave what autograd saved for this step untouched (and the mask is cloned for the same reason)
+        fwd = ForwardBatch(torch.arange(bsz), (t + k).expand(bsz, q), (k * q + t).expand(bsz, q),
+                           mask.clone()[None, None].expand(bsz, 1, q, steps * q), None)
+        hidden = head.hidden(target, tokens, hidden, fwd, cache)
+        yield hidden
+
+
+def ttt_loss(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int = TTT_STEPS) -> tuple[Tensor, dict]:
+    """The weighted sum over the unrolled steps of the soft cross-entropy, and per-step top-1 agreement."""
+    bsz, n = batch.tokens.shape
+    q = n - 2  # step-0 positions t = 0..n-3 feed x_{t+1} and predict x_{t+2}
+    if q < 1:
+        raise ValueError("EAGLE-3 training needs sequences of at least 3 tokens")
+    steps = max(1, min(steps, q))
+    t = torch.arange(q)
+    total = torch.zeros(())
+    metrics: dict[str, Tensor] = {}
+    for k, hidden in enumerate(unrolled_hidden(head, target, batch, steps)):
+        logp = head.logits(target, hidden).float().log_softmax(-1)  # [bsz, q, draft_vocab]
+        predicted = t + 1 + k  # the target position whose next-token distribution step k learns
+        valid = (predicted[None, :] < batch.lengths[:, None] - 1) & batch.in_draft_vocab[:, predicted.clamp(max=n - 1)]
+        if not valid.any():
+            break
+        target_logp = batch.target_logp[:, predicted.clamp(max=n - 1)]
+        # KL(target ‖ head): the reference's soft cross-entropy less the target's entropy (same gradient, floor 0)
+        loss = (target_logp.exp() * (target_logp - logp)).sum(-1)[valid].mean()
+        total = total + STEP_DECAY**k * loss
+        with torch.no_grad():
+            metrics[f"top1_step{k}"] = (logp.argmax(-1) == target_logp.argmax(-1))[valid].float().mean()
+    metrics["top1"] = metrics["top1_step0"]
+    return total, metrics
+
+
+def save_eagle3_head(head: Eagle3Head, target_raw: dict, out: Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write the published EAGLE-3 layout (fused projections split back; d2t and t2d beside the weights)."""
+    out.mkdir(parents=True, exist_ok=True)
+    c = head.config
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    wq, wk, wv = head.self_attn.qkv_proj.weight.split([q, kv, kv])
+    gate, up = head.mlp.gate_up_proj.weight.chunk(2)
+    m = "midlayer."
+    weights = {
+        "fc.weight": head.fc.weight, "norm.weight": head.norm.weight, "lm_head.weight": head.lm_head.weight,
+        m + "hidden_norm.weight": head.hidden_norm.weight, m + "input_layernorm.weight": head.input_layernorm.weight,
+        m + "post_attention_layernorm.weight": head.post_attention_layernorm.weight,
+        m + "self_attn.q_proj.weight": wq, m + "self_attn.k_proj.weight": wk, m + "self_attn.v_proj.weight": wv,
+        m + "self_attn.o_proj.weight": head.self_attn.o_proj.weight,
+        m + "mlp.gate_proj.weight": gate, m + "mlp.up_proj.weight": up, m + "mlp.down_proj.weight": head.mlp.down_proj.weight,
+    }
+    state = {k: v.detach().to(dtype).contiguous() for k, v in weights.items()}
+    draft_vocab = head.lm_head.weight.shape[0]
+    target_ids = head.d2t + torch.arange(draft_vocab)
+    t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
+    t2d[target_ids] = True
+    state |= {"d2t": head.d2t.detach().clone(), "t2d": t2d}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = head_config(target_raw) | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab,
+                                        "target_hidden_size": head.target_hidden, "torch_dtype": str(dtype).removeprefix("torch.")}
+    config.pop("bias", None)  # EAGLE-3's fc has no bias
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out / "model.safetensors"
