@@ -438,7 +438,26 @@ def _recommendation(results: Results) -> str:
     verdict = "; ".join(f"{'no speculation' if lab == base else lab} at batch {_ranges(bs, results.batch_sizes)}" for lab, bs in runs)
     if verdict:
         sentences.append(f"Recommendation from these measurements: {verdict}.")
+    setting = _one_setting(runs, base)
+    if setting:
+        sentences.append(setting)
     return " ".join(sentences)
+
+
+def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> str | None:
+    """When one speculative method wins every batch size below those where plain decoding wins, the one
+    server setting that follows both: that method with speculation switched off above its range."""
+    spec = {lab for lab, _ in runs if lab != base}
+    if base is None or len(spec) != 1 or runs[-1][0] != base or runs[0][0] == base:
+        return None
+    (label,) = spec
+    spec_batches = [b for lab, bs in runs if lab == label for b in bs]
+    base_batches = [b for lab, bs in runs if lab == base for b in bs]
+    if max(spec_batches) >= min(base_batches):
+        return None
+    return (f"As one server setting: {label} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
+            f"above {max(spec_batches)} running requests (measure it as `{label.split('(')[0]}:...,disable_by_batch_size="
+            f"{max(spec_batches)}`).")
 
 
 def _findings_blocks(results: Results) -> list[Block]:

@@ -95,6 +95,7 @@ def test_markdown_numbers_come_from_the_results(results_path, tmp_path):
             expected = f"{t:.1f}" if label == "baseline" else f"{t:.1f} ({t / base:.2f}×)"
             assert expected in md, expected
     assert "| 1 | 18.2 | 32.8 (1.80×) | 44.6 (2.45×) |" in md  # speed vs concurrency row for batch 1
+    assert "server setting" not in md  # EAGLE wins at every batch size: nothing to switch off
     assert "81.2%" in md and "83.4%" in md and "56.7%" in md and "3.93" in md  # acceptance and tau
     assert "Resumed CPU" in md and "stale CPU" not in md  # last run record wins
     assert "ab" * 32 in md and "small-model" in md  # model ids with sha256
@@ -137,6 +138,7 @@ def test_baseline_wins_at_high_batch(tmp_path):
     assert "At batch 1–4, eagle(5,8,32) is fastest" in md
     assert "At batch 8–16, plain decoding (baseline) is fastest" in md
     assert "eagle(5,8,32) at batch 1–4; no speculation at batch 8–16" in md
+    assert "As one server setting: eagle(5,8,32) with `disable_by_batch_size=4`" in md
     assert "batch ≤ 4; fastest at batch 1–4" in md
     # crossing between batch 4 (40/36) and 8 (50/60)
     s0, s1 = 40 / 36, 50 / 60
