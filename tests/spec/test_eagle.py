@@ -13,16 +13,6 @@ from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, wr
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def hf_target():
-    return tiny_hf_model("llama", seed=3)
-
-
-@pytest.fixture(scope="module")
-def target(hf_target):
-    return speculab_from_hf(hf_target)
-
-
 def prompts_of(lengths, seed):
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(3, 256, (n,), generator=g).tolist() for n in lengths]

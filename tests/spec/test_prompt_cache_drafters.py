@@ -7,17 +7,7 @@ from speculab.engine import Engine, PromptCache
 from speculab.models.eagle_head import load_eagle_head
 from speculab.sampling import SamplingParams
 from speculab.spec.proposer import make_proposer
-from tests.helpers import speculab_from_hf, tiny_hf_model, tiny_model, write_eagle_head
-
-
-@pytest.fixture(scope="module")
-def hf_target():
-    return tiny_hf_model("llama", seed=3)
-
-
-@pytest.fixture(scope="module")
-def target(hf_target):
-    return speculab_from_hf(hf_target)
+from tests.helpers import tiny_model, write_eagle_head
 
 
 def _proposers(target, hf_target, folder):
