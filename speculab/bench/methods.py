@@ -30,8 +30,13 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
+        """``name(values)``, and ``@folder`` when the drafter is not the default one."""
         shown = [str(v) for k, v in self.params.items() if k not in ("draft", "eagle") and v is not None]
-        return f"{self.name}({','.join(shown)})" if shown else self.name
+        label = f"{self.name}({','.join(shown)})" if shown else self.name
+        key = METHODS[self.name].drafter if self.name in METHODS else None
+        if key and self.params.get(key) not in (None, METHODS[self.name].defaults.get(key)):
+            label += f"@{Path(self.params[key]).name}"
+        return label
 
 
 @dataclass(frozen=True)
