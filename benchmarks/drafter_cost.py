@@ -1,7 +1,8 @@
 """Cost of a drafter's step against one target forward, after a 1,200-token context (fp32, batch 1).
 
 - draft model: one forward of one token on its own KV cache (a chain drafts one token per forward);
-- EAGLE head: one head step over ``topk`` frontier nodes (one step of the EAGLE-2 tree), lm_head included.
+- EAGLE head: one head step over ``topk`` frontier nodes (one step of the EAGLE-2 tree), lm_head included,
+  over the whole vocabulary and over the head's 4,096 most frequent tokens (``draft_vocab``).
 Medians of 20, interleaved. Usage: python benchmarks/drafter_cost.py [DRAFT_DIR EAGLE_DIR].
 The last stdout line is one JSON document.
 """
@@ -14,12 +15,13 @@ import time
 import torch
 
 from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
-from speculab.models.eagle_head import load_eagle_head
+from speculab.models.eagle_head import load_eagle_head, load_token_ranking
 from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
 from speculab.runtime import load
+from speculab.spec.proposer import make_proposer
 
-CONTEXT, TOPK = 1200, 8
+CONTEXT, TOPK, DRAFT_VOCAB = 1200, 8, 4096
 
 
 def file_parameters(folder) -> int:
@@ -49,7 +51,9 @@ def main() -> None:
     one = torch.tensor([[context[0]]])
     nodes = torch.tensor([context[:TOPK]])
     feats = torch.randn(1, TOPK, target.config.hidden_size)
-    runs = {"target": [], "draft": [], "eagle_step": []}
+    ranking = load_token_ranking(eagle_dir, target.config.vocab_size)[:DRAFT_VOCAB]
+    reduced = make_proposer("eagle", head=head, target=target, topk=TOPK, draft_vocab=ranking)
+    runs = {"target": [], "draft": [], "eagle_step": [], "eagle_step_reduced_vocab": []}
     for _ in range(20):
         batch = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1)
         runs["target"].append(timed(lambda: target(one, batch, t_cache)))
@@ -57,9 +61,11 @@ def main() -> None:
         hb = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), TOPK)
         with torch.no_grad():
             runs["eagle_step"].append(timed(lambda: head(target, nodes, feats, hb, h_cache)))
+            runs["eagle_step_reduced_vocab"].append(timed(lambda: reduced._logits(head.hidden(target, nodes, feats, hb, h_cache))))
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
     result = {"context": CONTEXT, "topk": TOPK, "ms": ms,
               "draft_token_cost": ms["draft"] / ms["target"], "eagle_step_cost": ms["eagle_step"] / ms["target"],
+              "eagle_step_reduced_vocab_cost": ms["eagle_step_reduced_vocab"] / ms["target"], "draft_vocab": DRAFT_VOCAB,
               "draft_parameters": file_parameters(draft_dir), "eagle_parameters": file_parameters(eagle_dir)}
     print({k: f"{v:.2f} ms" for k, v in ms.items()}, file=sys.stderr)
     print(json.dumps(result))
