@@ -76,7 +76,7 @@ def write_manifest(out: Path, *, command: list[str], data: dict, train_seconds: 
 
 
 def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: dict, acceptance: dict,
-               plot: str, command: list[str]) -> Path:
+               plot: str, command: list[str], earlier_commands: list[str] = ()) -> Path:
     acc = acceptance
     rate = acc.get("acceptance_rate")
     lines = [
@@ -91,6 +91,7 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time budget'}).",
         f"- Final loss {loop['final'].get('loss', float('nan')):.4f}; "
         + ", ".join(f"{k} {v:.4f}" for k, v in loop["final"].items() if k not in ("step", "seconds", "lr", "loss")) + ".",
+        *(f"- Earlier run, resumed by the next: `{c}`" for c in earlier_commands),
         f"- Command: `{' '.join(command)}`", "",
         f"![loss curve]({plot})", "",
         "## Acceptance (held-out prompts from the training share, greedy)", "",

@@ -164,9 +164,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                       "accepted_per_position": [], "identical_to_baseline": None}
     loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
                     "final": history[-1] if history else {}}
-    card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
-                      data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command)
     earlier = _earlier_commands(args.out) if args.resume else []
+    card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
+                      data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command,
+                      earlier_commands=earlier)
     write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
                    train_seconds=result.seconds,
                    extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
@@ -206,7 +207,10 @@ class EagleTrainer:
                 "+ 0.1 · soft cross-entropy through the frozen lm_head, uniform feature noise, AdamW (β 0.9, 0.95) with "
                 "warm-up, gradient clipping by value 0.5.",
                 "Use it with `--method eagle --eagle DIR` (EAGLE-2 dynamic tree: num_steps 5, topk 8, num_draft_tokens 32 "
-                "in the acceptance figures below)."]
+                "in the acceptance figures below).",
+                "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
+                "share of the sources), for a reduced draft vocabulary: `--draft-vocab N`, or `draft_vocab=N` in "
+                "`speculab bench`."]
 
 
 class Eagle3Trainer:

@@ -68,3 +68,6 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     # a resumed run with a larger step budget continues from the saved step
     assert main([*args[:args.index("--steps") + 1], "6", *args[args.index("--steps") + 2:], "--resume"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
+    commands = json.loads((out / "manifest.json").read_text())["commands"]
+    assert len(commands) == 2 and commands[1].endswith("--resume") and not commands[0].endswith("--resume")
+    assert f"Earlier run, resumed by the next: `{commands[0]}`" in (out / "README.md").read_text()
