@@ -97,15 +97,8 @@ class PromptCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(_nbytes(d) for d in e.drafter_states.values())
+        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(getattr(d, "nbytes", 0) for d in e.drafter_states.values())
                    for e in self.entries.values())
-
-
-def _nbytes(state) -> int:
-    """Bytes of the tensors in a drafter's prompt state (a tensor, or a tuple/list of them and plain values)."""
-    if isinstance(state, torch.Tensor):
-        return state.nbytes
-    return sum(_nbytes(x) for x in state) if isinstance(state, (tuple, list)) else 0
 
 
 class Engine:

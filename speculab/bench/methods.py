@@ -72,14 +72,23 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         head = loader(folder, loaded.model)
         options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
                    "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
-        size = p.get("draft_vocab")
-        if size == "auto":  # the reduced vocabulary where the head ships a token ranking, else the full one
-            size = AUTO_DRAFT_VOCAB if (folder / e2.RANKING_FILE).exists() else None
+        size = _draft_vocab_size(p, folder)
         if size is not None:  # FR-Spec: the head scores the most frequent tokens only
             options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
         return options
 
     return build
+
+
+def _draft_vocab_size(params: dict, folder: Path) -> int | None:
+    """Tokens an EAGLE-1/2 head drafts over: ``auto`` is AUTO_DRAFT_VOCAB where the head ships a token
+    ranking and the whole vocabulary (None) elsewhere."""
+    from speculab.models.eagle_head import RANKING_FILE
+
+    size = params.get("draft_vocab")
+    if size == "auto":
+        return AUTO_DRAFT_VOCAB if (Path(folder) / RANKING_FILE).exists() else None
+    return size
 
 
 def _existing(path: str | Path, key: str) -> Path:
@@ -168,7 +177,7 @@ def drafter_path(spec: MethodSpec) -> Path | None:
 
 def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
     from speculab.bench.memory import estimate
-    from speculab.models.eagle_head import RANKING_FILE, read_head_config
+    from speculab.models.eagle_head import read_head_config
 
     kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
     drafter_cfg, options = None, {}
@@ -177,8 +186,7 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-        size = spec.params.get("draft_vocab")
-        if kind == "eagle" and size is not None:
-            size = AUTO_DRAFT_VOCAB if size == "auto" and (path / RANKING_FILE).exists() else size
-            options = {"reduced_vocab": size} if isinstance(size, int) else {}
+        size = _draft_vocab_size(spec.params, path) if kind == "eagle" else None
+        if size is not None:
+            options = {"reduced_vocab": size}
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

@@ -274,9 +274,9 @@ def _warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict
         for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
             engine.generate([ids], SamplingParams(max_tokens=1))
     for spec in specs:
-        if target.cache is not None and new_proposer(spec, options_of[spec.label]).prompt_cache_key is not None:
-            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
-                run_once(target, new_proposer(spec, options_of[spec.label]), 1,
-                         [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
         proposer = new_proposer(spec, options_of[spec.label])
+        if target.cache is not None and proposer.prompt_cache_key is not None:
+            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
+                run_once(target, proposer, 1, [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
+            proposer = new_proposer(spec, options_of[spec.label])
         run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

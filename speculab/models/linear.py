@@ -7,8 +7,8 @@ matmuls of decoding, and that it is only available for some dtype/CPU pairs
 layout: a hint of 1 gives a GEMV layout that oneDNN must reorder again on every
 call with more than one row (2-3x slower for the 2-32-row matmuls of
 verification and batched decode, measured by ``benchmarks/linear_pack.py``);
-any hint of 2 or more gives a GEMM layout that is as fast for one row. Does not know: anything about
-the model; it swaps ``nn.Linear`` modules wherever it finds them.
+any hint of 2 or more gives a GEMM layout that is as fast for one row.
+Does not know: anything about the model; it swaps ``nn.Linear`` modules wherever it finds them.
 """
 
 from __future__ import annotations

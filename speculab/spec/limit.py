@@ -30,37 +30,14 @@ class SpeculationLimit:
         self.inner, self.max_batch_size = inner, max_batch_size
         self.skipped_steps = 0
 
-    # what the engine reads
-    name = property(lambda self: self.inner.name)
-    max_draft_tokens = property(lambda self: self.inner.max_draft_tokens)
-    needs_features = property(lambda self: self.inner.needs_features)
-    feature_layers = property(lambda self: self.inner.feature_layers)
-    prompt_cache_key = property(lambda self: self.inner.prompt_cache_key)
-
     def propose(self, state: ProposeState) -> list[Draft]:
         if len(state.requests) > self.max_batch_size:
             self.skipped_steps += 1
             return [Draft.empty() for _ in state.requests]
         return self.inner.propose(state)
 
-    # slot bookkeeping always reaches the inner proposer
-    def bind(self, *args: Any) -> None:
-        self.inner.bind(*args)
-
-    def admit(self, *args: Any) -> None:
-        self.inner.admit(*args)
-
-    def admit_cached(self, *args: Any) -> None:
-        self.inner.admit_cached(*args)
-
-    def prompt_state(self, slot: int) -> Any:
-        return self.inner.prompt_state(slot)
-
-    def observe(self, *args: Any) -> None:
-        self.inner.observe(*args)
-
-    def move(self, *args: Any) -> None:
-        self.inner.move(*args)
-
-    def release(self, *args: Any) -> None:
-        self.inner.release(*args)
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (the attributes the engine reads, slot bookkeeping) is the inner proposer's."""
+        if name == "inner":  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
