@@ -39,9 +39,9 @@ compare: setup
 # Self-distilled data is cached in ~/.cache/speculab/train-data; each run resumes with --resume.
 ASSETS := speculab/assets
 assets: setup
-	$(BIN)/speculab train data
-	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 $(RESUME) &
-	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 5000 --max-minutes 40 --warmup-steps 20 $(RESUME) ; wait
+	$(BIN)/speculab train data --code-windows 320
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 --code-windows 320 $(RESUME) &
+	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 88 --warmup-steps 50 --code-windows 320 $(RESUME) ; wait
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
 workload: setup

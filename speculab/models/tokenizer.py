@@ -60,9 +60,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        """add_bos=False: text that continues a sequence (no BOS whatever the tokenizer's config says)."""
         ids = self._tok.encode(text, add_special_tokens=False).ids
-        bos = self._tok.token_to_id(self.bos_token) if self.add_bos and self.bos_token else None
+        bos = self._tok.token_to_id(self.bos_token) if add_bos and self.add_bos and self.bos_token else None
         return ([bos] if bos is not None and ids[:1] != [bos] else []) + ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

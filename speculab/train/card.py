@@ -85,6 +85,9 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         "## Data", "",
         f"- {data['num_sequences']} sequences, {data['num_tokens']:,} tokens ({data['response_tokens']:,} of them "
         f"the target's own responses; {data['sampled_responses']} responses sampled at T=0.8, the rest greedy).",
+        *([f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
+           "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."]
+          if data.get("code_windows") else []),
         "- Sources (training share only; the benchmark's files are excluded by `speculab.data.sources.is_benchmark_file`):",
         *[f"  - {s['name']} {s['version']} ({s['registry']}), {s['license']}" for s in data["sources"]],
         "", "## Training", "",

@@ -34,6 +34,9 @@ def add_train_parser(sub) -> None:
         p.add_argument("--data-dir", type=Path, default=None, help="self-distilled data cache (default: ~/.cache/speculab/train-data/<target>)")
         p.add_argument("--num-prompts", type=int, default=144)
         p.add_argument("--response-tokens", type=int, default=160)
+        p.add_argument("--code-windows", type=int, default=0,
+                       help="also have the target read this many long code windows of training-share files "
+                            "(prefill only: much cheaper per token than answered prompts)")
         p.add_argument("--steps", type=int, default=1200)
         p.add_argument("--lr", type=float, default=1e-3)
         p.add_argument("--warmup-steps", type=int, default=50)
@@ -47,7 +50,12 @@ def add_train_parser(sub) -> None:
         if kind == "eagle3":
             p.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
             p.add_argument("--ttt-steps", type=int, default=7, help="training-time test: steps the head is unrolled")
-        if kind in ("eagle", "eagle3", "vocab"):
+        if kind == "draft":
+            p.add_argument("--draft-vocab", type=int, default=8192,
+                           help="score the loss over the N most frequent tokens plus --negatives others drawn each step "
+                                "(several times cheaper per step on a CPU; 0: the whole vocabulary)")
+            p.add_argument("--negatives", type=int, default=1024)
+        if kind in ("eagle", "eagle3", "vocab", "draft"):
             p.add_argument("--ranking-source-chars", type=int, default=2_000_000,
                            help="characters per domain of training-share source files counted, beside the "
                                 "self-distilled data, for the token ranking of reduced draft vocabularies (0: data only)")
@@ -60,9 +68,10 @@ def add_train_parser(sub) -> None:
 
 
 def _data(args, loaded):
-    from speculab.train.data import DataSpec, data_manifest, generate_sequences, load_features
+    from speculab.train.data import CodeSpec, DataSpec, data_manifest, generate_sequences, load_features, record_code_windows
 
     spec = DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=args.seed)
+    code_spec = CodeSpec(num_windows=args.code_windows, seed=args.seed)
     data_dir = args.data_dir or cache_dir() / "train-data" / loaded.path.name
     spec_file = data_dir / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
@@ -70,9 +79,11 @@ def _data(args, loaded):
     data_dir.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
     sequences = generate_sequences(loaded, spec, data_dir)
-    features = load_features(data_dir, sequences)
-    items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in sequences]
-    return spec, sequences, items, data_manifest(sequences, spec)
+    windows = record_code_windows(loaded, code_spec, data_dir, skip_files={s["source"] for s in sequences})
+    records = sequences + windows
+    features = load_features(data_dir, records)
+    items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
+    return spec, records, items, data_manifest(sequences, spec, windows, code_spec)
 
 
 def _earlier_commands(out: Path) -> list[str]:
@@ -256,9 +267,18 @@ class DraftTrainer:
         from speculab.spec.proposer import make_proposer
         from speculab.train.draft import draft_loss, make_batch, new_draft, save_draft
 
+        from speculab.train.draft import loss_rows
+        from speculab.train.vocab import rank_tokens
+
         raw = json.loads((loaded.path / "config.json").read_text())
         draft = new_draft(raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed)
-        step_fn = lambda batch: draft_loss(draft, target.lm_head, batch)  # noqa: E731
+        vocab_size = target.config.vocab_size
+        if 0 < args.draft_vocab < vocab_size:
+            kept = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)[0][: args.draft_vocab]
+            rows = torch.Generator().manual_seed(args.seed)
+            step_fn = lambda batch: draft_loss(draft, target, batch, loss_rows(kept, vocab_size, args.negatives, rows))  # noqa: E731
+        else:
+            step_fn = lambda batch: draft_loss(draft, target, batch)  # noqa: E731
 
         def load_for_eval(out, loaded):
             return make_proposer("draft", model=load_model(out, torch.float32, loaded.device), num_speculative_tokens=5)
@@ -272,6 +292,9 @@ class DraftTrainer:
                 "tied embeddings, bf16 safetensors, the target's tokenizer), distilled by `speculab train draft`: "
                 "KL(target ‖ draft) at every position of self-distilled data; the embedding starts as the target's "
                 "projected on its principal directions.",
+                *([f"The loss covers the {args.draft_vocab:,} most frequent tokens plus {args.negatives:,} others drawn "
+                   "afresh each step (which keep the rest of the output rows low); the model drafts over its whole "
+                   "vocabulary."] if 0 < args.draft_vocab < draft.config.vocab_size else []),
                 "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
                 "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it)."]
 

@@ -13,6 +13,14 @@ ordinary proposer hooks. Sequence i's features are stored as tensor ``"<id>"``
 [num_tokens - 1, width] in a safetensors shard per batch of prompts: position t
 holds the target's state after reading token t.
 
+Beside the answered prompts, *code windows* add data at the cost of a prefill
+only: a long window of a training-share file, framed as the assistant's answer
+to a request for that file, read by the target once. EAGLE trains on any text
+the target reads (its recipe uses fixed data, not the target's own answers);
+what the head must learn is how the target's features move, and long windows
+also teach it the positions of long prompts. Answering prompts costs a
+decode step per token; a window costs a fraction of one.
+
 Does not know: losses (``eagle.py``, ``draft.py``).
 """
 
@@ -28,13 +36,25 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from speculab.data.prompts import TEMPLATES, code_prompt, pick_window
+from speculab.data.prompts import FENCE, TEMPLATES, code_prompt, pick_window
 from speculab.data.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
 from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
 from speculab.spec.proposer import Proposer
 
 DOMAIN_SHARE = {"python": 0.4, "typescript": 0.35, "sql": 0.25}
+
+
+@dataclass(frozen=True)
+class CodeSpec:
+    """Code windows read by the target (prefill only), beside the answered prompts."""
+
+    num_windows: int = 0
+    window_tokens: tuple[int, int] = (768, 1024)  # code, target tokens
+    seed: int = 0
+
+
+CODE_REQUEST = "Show the code of `{path}` ({source})."
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,30 @@ def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
             prompts.append({"id": f"train-{len(prompts):05d}", "domain": domain, "task": task,
                             "source": file.file_id, "prompt_ids": tokenizer.encode_chat([{"role": "user", "content": content}])})
     return prompts
+
+
+def draw_code_windows(tokenizer, spec: CodeSpec, skip_files: set[str] = frozenset()) -> list[dict]:
+    """Windows of training-share files (one per file, none from ``skip_files``), as chat turns the target answers."""
+    rng = random.Random(spec.seed + 7)
+    count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+    windows: list[dict] = []
+    for domain, share in DOMAIN_SHARE.items():
+        files = [f for f in training_files(domain) if f.file_id not in skip_files]
+        rng.shuffle(files)
+        wanted, taken = round(spec.num_windows * share), 0
+        for file in files:
+            if taken == wanted:
+                break
+            window = pick_window(file.text, count, rng, *spec.window_tokens)
+            if window is None:
+                continue
+            request = CODE_REQUEST.format(path=file.path.removeprefix("package/"), source=file.source.label)
+            ids = tokenizer.encode_chat([{"role": "user", "content": request}])
+            ids += tokenizer.encode(f"```{FENCE[domain]}\n{window.code}```", add_bos=False)
+            windows.append({"id": f"code-{len(windows):05d}", "domain": domain, "task": "code", "source": file.file_id,
+                            "prompt_ids": ids})
+            taken += 1
+    return windows
 
 
 def read_sequences(path: Path) -> list[dict]:
@@ -172,6 +216,50 @@ def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 
     return done
 
 
+def record_code_windows(loaded, spec: CodeSpec, out_dir: Path, skip_files: set[str] = frozenset(),
+                        batch_size: int = 4, feature_layers: tuple[int, ...] = ()) -> list[dict]:
+    """Have the target read the code windows, recording its features; resumes from ``out_dir``.
+
+    Each window is a one-token request: the prefill gives the features of every
+    window token and the emitted token completes the sequence, so a window is
+    stored exactly like an answered prompt (its response is that one token).
+    """
+    from speculab.engine import Engine
+
+    if spec.num_windows <= 0:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index = out_dir / "code_windows.jsonl"
+    done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
+    index.write_text("".join(json.dumps(r) + "\n" for r in done))
+    windows = draw_code_windows(loaded.tokenizer, spec, skip_files)
+    if [r["source"] for r in done] != [w["source"] for w in windows[: len(done)]]:
+        raise ValueError(f"{index} holds code windows drawn with other settings than {spec}; "
+                         "pass the same --code-windows as before, or another --data-dir")
+    todo = windows[len(done):]
+    if not todo:
+        return done
+    recorder = FeatureRecorder(feature_layers)
+    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max(len(w["prompt_ids"]) for w in todo) + 8,
+                    stop_ids=(), proposer=recorder)
+    with tqdm(total=len(windows), initial=len(done), desc="code windows", unit="window") as bar:
+        for group in _groups(todo, batch_size):
+            requests = engine.generate([g["prompt_ids"] for g in group], [SamplingParams(max_tokens=1)] * len(group))
+            shard = f"code-features-{len(done):05d}.safetensors"
+            tensors, records = {}, []
+            for window, request in zip(group, requests):
+                # a window that the target ends (an emitted stop token is not kept) has one feature row too many
+                length = len(window["prompt_ids"]) + len(request.output_ids) - 1
+                tensors[window["id"]] = recorder.take(request.id)[:length].contiguous()
+                records.append({**window, "response_ids": request.output_ids, "temperature": 0.0, "features_file": shard})
+            save_file(tensors, out_dir / shard)
+            with index.open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in records)
+            done += records
+            bar.update(len(group))
+    return done
+
+
 def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tensor]:
     """Sequence id -> [num_tokens - 1, width] features."""
     features: dict[str, torch.Tensor] = {}
@@ -180,10 +268,13 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
     return features
 
 
-def data_manifest(sequences: list[dict], spec: DataSpec) -> dict:
-    files = sorted({s["source"] for s in sequences})
+def data_manifest(sequences: list[dict], spec: DataSpec, windows: list[dict] = (),
+                  code_spec: CodeSpec | None = None) -> dict:
+    files = sorted({s["source"] for s in [*sequences, *windows]})
     return {
         "spec": spec.__dict__,
+        **({"code_spec": code_spec.__dict__, "code_windows": len(windows),
+            "code_window_tokens": sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows)} if windows else {}),
         "num_sequences": len(sequences),
         "num_tokens": sum(len(s["prompt_ids"]) + len(s["response_ids"]) for s in sequences),
         "response_tokens": sum(len(s["response_ids"]) for s in sequences),

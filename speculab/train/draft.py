@@ -4,7 +4,8 @@ Knows: the draft's shape (a few narrow layers, tied embeddings, the target's
 tokenizer, RoPE and vocabulary), its initialisation (the embedding table is the
 target's projected on its principal directions: the draft starts knowing which
 tokens are alike), the loss (KL(target ‖ draft) at every position, the target's
-distribution read from its recorded features through its lm_head), and saving
+distribution read from its recorded features through its lm_head, over the
+whole vocabulary or over the frequent tokens plus drawn negatives), and saving
 an HF-layout checkpoint with the target's tokenizer files so any engine loads it.
 
 Trains with transformers' ``LlamaForCausalLM`` (the draft is an ordinary HF
@@ -75,11 +76,35 @@ def make_batch(items: list[tuple[list[int], Tensor]]) -> DraftBatch:
     return DraftBatch(tokens, features, valid)
 
 
-def draft_loss(draft, target_lm_head: torch.nn.Module, batch: DraftBatch) -> tuple[Tensor, dict]:
-    logits = draft(input_ids=batch.tokens).logits[batch.valid].float()  # [tokens, vocab]
+def loss_rows(vocab: Tensor, vocab_size: int, negatives: int, generator: torch.Generator | None = None) -> Tensor:
+    """The output rows one step's loss covers: ``vocab`` [n] plus ``negatives`` other tokens drawn afresh.
+
+    Scoring only the frequent tokens makes a step several times cheaper on a CPU (the vocab-sized
+    matmuls and softmaxes are most of it). The drawn negatives keep the rest of the output rows low, so
+    the saved model still drafts well over its whole vocabulary, as any engine would run it.
+    """
+    outside = torch.ones(vocab_size, dtype=torch.bool)
+    outside[vocab] = False
+    others = outside.nonzero()[:, 0]
+    drawn = others[torch.randperm(others.numel(), generator=generator)[:negatives]]
+    return torch.cat([vocab, drawn])
+
+
+def draft_loss(draft, target, batch: DraftBatch, rows: Tensor | None = None) -> tuple[Tensor, dict]:
+    """KL(target ‖ draft) at every valid position, over the output ``rows`` [n] (None: the whole vocabulary).
+
+    ``target``: the frozen target (a speculab ``Transformer``), read through its lm_head.
+    """
+    features = batch.features[batch.valid]  # [tokens, target_hidden]
+    hidden = draft.model(input_ids=batch.tokens).last_hidden_state[batch.valid]  # [tokens, hidden]
     with torch.no_grad():
-        target_logp = target_lm_head(batch.features[batch.valid]).float().log_softmax(-1)
-    logp = logits.log_softmax(-1)
+        if rows is None:
+            target_logits = target.lm_head(features).float()
+        else:
+            target_logits = features @ target.lm_head_rows(rows).float().T  # [tokens, rows]
+        target_logp = target_logits.log_softmax(-1)
+    weight = draft.lm_head.weight if rows is None else draft.lm_head.weight[rows]
+    logp = (hidden @ weight.T).float().log_softmax(-1)
     kl = F.kl_div(logp, target_logp, log_target=True, reduction="batchmean")
     with torch.no_grad():
         top1 = (logp.argmax(-1) == target_logp.argmax(-1)).float().mean()
