@@ -144,6 +144,14 @@ def batches_by_tokens(sequences: list[tuple[list[int], torch.Tensor]], batch_tok
         epoch += 1
 
 
+def _store_shard(shard: Path, tensors: dict[str, torch.Tensor], index: Path, records: list[dict]) -> list[dict]:
+    """Features first, then their index lines: a kill between the two leaves records that resume redoes."""
+    save_file(tensors, shard)
+    with index.open("a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    return records
+
+
 def _groups(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -208,10 +216,7 @@ def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 
                 tensors[prompt["id"]] = recorder.take(request.id).contiguous()
                 records.append({**prompt, "response_ids": request.output_ids,
                                 "temperature": p.temperature, "features_file": shard})
-            save_file(tensors, out_dir / shard)
-            with index.open("a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in records)
-            done += records
+            done += _store_shard(out_dir / shard, tensors, index, records)
             bar.update(len(group))
     return done
 
@@ -252,10 +257,7 @@ def record_code_windows(loaded, spec: CodeSpec, out_dir: Path, skip_files: set[s
                 length = len(window["prompt_ids"]) + len(request.output_ids) - 1
                 tensors[window["id"]] = recorder.take(request.id)[:length].contiguous()
                 records.append({**window, "response_ids": request.output_ids, "temperature": 0.0, "features_file": shard})
-            save_file(tensors, out_dir / shard)
-            with index.open("a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in records)
-            done += records
+            done += _store_shard(out_dir / shard, tensors, index, records)
             bar.update(len(group))
     return done
 
