@@ -40,7 +40,7 @@ compare: setup
 ASSETS := speculab/assets
 assets: setup
 	$(BIN)/speculab train data --code-windows 320
-	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 --code-windows 320 $(RESUME) &
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 $(RESUME) &
 	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 88 --warmup-steps 50 --code-windows 320 $(RESUME) ; wait
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
