@@ -81,8 +81,10 @@ def _data(args, loaded):
     sequences = generate_sequences(loaded, spec, data_dir)
     windows = record_code_windows(loaded, code_spec, data_dir, skip_files={s["source"] for s in sequences})
     records = sequences + windows
-    features = load_features(data_dir, records)
-    items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
+    items = None
+    if args.kind not in ("data", "vocab"):  # only training reads the features (~1 GB for the shipped data)
+        features = load_features(data_dir, records)
+        items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
     return spec, records, items, data_manifest(sequences, spec, windows, code_spec)
 
 
@@ -265,25 +267,28 @@ class DraftTrainer:
     def setup(args, target, loaded, sequences):
         from speculab.models.loading import load_model
         from speculab.spec.proposer import make_proposer
-        from speculab.train.draft import draft_loss, make_batch, new_draft, save_draft
-
-        from speculab.train.draft import loss_rows
+        from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft
         from speculab.train.vocab import rank_tokens
 
         raw = json.loads((loaded.path / "config.json").read_text())
         draft = new_draft(raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed)
         vocab_size = target.config.vocab_size
-        if 0 < args.draft_vocab < vocab_size:
+        rows_of_step = lambda: None  # noqa: E731  the whole vocabulary
+        if DraftTrainer.reduced(args, vocab_size):
             kept = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)[0][: args.draft_vocab]
-            rows = torch.Generator().manual_seed(args.seed)
-            step_fn = lambda batch: draft_loss(draft, target, batch, loss_rows(kept, vocab_size, args.negatives, rows))  # noqa: E731
-        else:
-            step_fn = lambda batch: draft_loss(draft, target, batch)  # noqa: E731
+            generator = torch.Generator().manual_seed(args.seed)
+            rows_of_step = lambda: loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
+        step_fn = lambda batch: draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
 
         def load_for_eval(out, loaded):
             return make_proposer("draft", model=load_model(out, torch.float32, loaded.device), num_speculative_tokens=5)
 
         return draft, step_fn, make_batch, lambda m, out: save_draft(m, loaded.path, out), load_for_eval, ("kl", "top1", "overlap")
+
+    @staticmethod
+    def reduced(args, vocab_size: int) -> bool:
+        """Whether the loss covers the frequent tokens plus negatives rather than the whole vocabulary."""
+        return 0 < args.draft_vocab < vocab_size
 
     @staticmethod
     def summary(draft, args) -> list[str]:
@@ -294,7 +299,7 @@ class DraftTrainer:
                 "projected on its principal directions.",
                 *([f"The loss covers the {args.draft_vocab:,} most frequent tokens plus {args.negatives:,} others drawn "
                    "afresh each step (which keep the rest of the output rows low); the model drafts over its whole "
-                   "vocabulary."] if 0 < args.draft_vocab < draft.config.vocab_size else []),
+                   "vocabulary."] if DraftTrainer.reduced(args, draft.config.vocab_size) else []),
                 "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
                 "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it)."]
 

@@ -15,11 +15,11 @@ holds the target's state after reading token t.
 
 Beside the answered prompts, *code windows* add data at the cost of a prefill
 only: a long window of a training-share file, framed as the assistant's answer
-to a request for that file, read by the target once. EAGLE trains on any text
-the target reads (its recipe uses fixed data, not the target's own answers);
-what the head must learn is how the target's features move, and long windows
-also teach it the positions of long prompts. Answering prompts costs a
-decode step per token; a window costs a fraction of one.
+to a request for that file, read by the target once. Answering prompts costs a
+decode step per token; a window costs a fraction of one. Measured on the
+embedded model (BENCHMARKS.md): windows made the draft model much better and an
+EAGLE head worse, since the target reading someone else's code moves its
+features unlike the target writing its own answer, which is what a head drafts.
 
 Does not know: losses (``eagle.py``, ``draft.py``).
 """
@@ -144,6 +144,13 @@ def batches_by_tokens(sequences: list[tuple[list[int], torch.Tensor]], batch_tok
         epoch += 1
 
 
+def _stored_records(out_dir: Path, index: Path) -> list[dict]:
+    """The index's records whose features shard exists; the index is rewritten without a line cut by a kill."""
+    done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
+    index.write_text("".join(json.dumps(r) + "\n" for r in done))
+    return done
+
+
 def _store_shard(shard: Path, tensors: dict[str, torch.Tensor], index: Path, records: list[dict]) -> list[dict]:
     """Features first, then their index lines: a kill between the two leaves records that resume redoes."""
     save_file(tensors, shard)
@@ -191,8 +198,7 @@ def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "sequences.jsonl"
-    done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
-    index.write_text("".join(json.dumps(r) + "\n" for r in done))  # drop a cut last line
+    done = _stored_records(out_dir, index)
     if len(done) >= spec.num_prompts:
         return done[: spec.num_prompts]
     prompts = draw_prompts(loaded.tokenizer, spec)
@@ -235,8 +241,7 @@ def record_code_windows(loaded, spec: CodeSpec, out_dir: Path, skip_files: set[s
         return []
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "code_windows.jsonl"
-    done = [r for r in read_sequences(index) if (out_dir / r["features_file"]).exists()]
-    index.write_text("".join(json.dumps(r) + "\n" for r in done))
+    done = _stored_records(out_dir, index)
     windows = draw_code_windows(loaded.tokenizer, spec, skip_files)
     if [r["source"] for r in done] != [w["source"] for w in windows[: len(done)]]:
         raise ValueError(f"{index} holds code windows drawn with other settings than {spec}; "
