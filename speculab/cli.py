@@ -25,14 +25,27 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
-    from speculab.models.eagle_head import load_eagle_head, load_token_ranking
+def _reduced_vocabulary(args: argparse.Namespace, loaded, folder) -> dict:
+    """``draft_vocab``: the drafter folder's --draft-vocab most frequent tokens (its draft_vocab.safetensors)."""
+    from speculab.models.eagle_head import load_token_ranking
 
-    options = dict(head=load_eagle_head(folder, loaded.model), target=loaded.model,
-                   num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens)
-    if args.draft_vocab is not None:
-        options["draft_vocab"] = load_token_ranking(folder, loaded.model.config.vocab_size)[: args.draft_vocab]
-    return options
+    if args.draft_vocab is None:
+        return {}
+    return {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[: args.draft_vocab]}
+
+
+def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
+    from speculab.models.eagle_head import load_eagle_head
+
+    return dict(head=load_eagle_head(folder, loaded.model), target=loaded.model, num_steps=args.num_steps, topk=args.topk,
+                num_draft_tokens=args.num_draft_tokens, **_reduced_vocabulary(args, loaded, folder))
+
+
+def _draft_options(args: argparse.Namespace, loaded, folder) -> dict:
+    from speculab.bench.methods import load_draft_model
+
+    return dict(model=load_draft_model(folder, loaded), num_speculative_tokens=args.num_speculative_tokens,
+                **_reduced_vocabulary(args, loaded, folder))
 
 
 def build_proposer(args: argparse.Namespace, loaded):
@@ -40,7 +53,7 @@ def build_proposer(args: argparse.Namespace, loaded):
     from speculab.models.eagle3_head import load_eagle3_head
     from speculab.spec.proposer import make_proposer
 
-    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, load_draft_model
+    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
 
     shipped = {"--draft PATH": DEFAULT_DRAFT, "--eagle PATH": DEFAULT_EAGLE}
 
@@ -55,7 +68,7 @@ def build_proposer(args: argparse.Namespace, loaded):
         "baseline": lambda: {},
         "ngram": lambda: dict(num_speculative_tokens=args.num_speculative_tokens, prompt_lookup_min=args.prompt_lookup_min,
                               prompt_lookup_max=args.prompt_lookup_max),
-        "draft": lambda: dict(model=load_draft_model(need("--draft PATH", args.draft), loaded), num_speculative_tokens=args.num_speculative_tokens),
+        "draft": lambda: _draft_options(args, loaded, need("--draft PATH", args.draft)),
         "eagle": lambda: _eagle_options(args, loaded, need("--eagle PATH", args.eagle)),
         "eagle3": lambda: dict(head=load_eagle3_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
                                num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
@@ -180,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--topk", type=int, default=4, help="EAGLE branching per expanded node")
     g.add_argument("--num-draft-tokens", type=int, default=16, help="EAGLE tree size, root included")
     g.add_argument("--draft-vocab", type=int, default=None,
-                   help="--method eagle: draft over the N most frequent tokens only (the head folder's draft_vocab.safetensors)")
+                   help="--method eagle or draft: draft over the N most frequent tokens only (the drafter folder's "
+                        "draft_vocab.safetensors, written by `speculab train eagle` or `speculab train vocab`)")
     g.add_argument("--num-speculative-tokens", type=int, default=4, help="draft/ngram chain length")
     g.add_argument("--prompt-lookup-min", type=int, default=1)
     g.add_argument("--prompt-lookup-max", type=int, default=4)

@@ -21,6 +21,7 @@ per weight. Embedding, lm_head, norms and biases stay fp16 (2 bytes per paramete
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -185,7 +186,9 @@ def drafter_tensors(drafter_kind: str | None, target_cfg: ModelConfig, drafter_c
     if drafter_kind == "draft":
         if drafter_cfg is None:
             raise ValueError("a draft model needs its config")
-        return model_tensors(drafter_cfg)
+        tensors = model_tensors(drafter_cfg)
+        reduced = head_options.get("reduced_vocab") or 0  # the proposer's copy of that many lm_head rows
+        return dataclasses.replace(tensors, sharded_dense=tensors.sharded_dense + reduced * drafter_cfg.hidden_size)
     head_cfg = drafter_cfg or target_cfg
     if drafter_kind == "eagle":
         return eagle_head_tensors(head_cfg, **head_options)

@@ -59,7 +59,14 @@ def load_draft_model(path: str | Path, loaded):
 
 
 def _draft_options(p: dict, loaded) -> dict:
-    return {"model": load_draft_model(_existing(p["draft"], "draft"), loaded), "num_speculative_tokens": p["num_speculative_tokens"]}
+    from speculab.models.eagle_head import load_token_ranking
+
+    folder = _existing(p["draft"], "draft")
+    options = {"model": load_draft_model(folder, loaded), "num_speculative_tokens": p["num_speculative_tokens"]}
+    size = _draft_vocab_size(p, folder, AUTO_DRAFT_MODEL_VOCAB)
+    if size is not None:  # FR-Spec: the draft model's lm_head scores the most frequent tokens only
+        options["draft_vocab"] = load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
+    return options
 
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
@@ -72,7 +79,7 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         head = loader(folder, loaded.model)
         options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
                    "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
-        size = _draft_vocab_size(p, folder)
+        size = _draft_vocab_size(p, folder, AUTO_DRAFT_VOCAB)
         if size is not None:  # FR-Spec: the head scores the most frequent tokens only
             options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
         return options
@@ -80,14 +87,14 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
     return build
 
 
-def _draft_vocab_size(params: dict, folder: Path) -> int | None:
-    """Tokens an EAGLE-1/2 head drafts over: ``auto`` is AUTO_DRAFT_VOCAB where the head ships a token
-    ranking and the whole vocabulary (None) elsewhere."""
+def _draft_vocab_size(params: dict, folder: Path, auto: int) -> int | None:
+    """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is ``auto`` tokens where the drafter
+    ships a token ranking and the whole vocabulary (None) elsewhere."""
     from speculab.models.eagle_head import RANKING_FILE
 
     size = params.get("draft_vocab")
     if size == "auto":
-        return AUTO_DRAFT_VOCAB if (Path(folder) / RANKING_FILE).exists() else None
+        return auto if (Path(folder) / RANKING_FILE).exists() else None
     return size
 
 
@@ -100,13 +107,15 @@ def _existing(path: str | Path, key: str) -> Path:
 
 
 AUTO_DRAFT_VOCAB = 4096  # draft_vocab=auto: tokens kept (94% of the workload's baseline output tokens; BENCHMARKS.md)
+AUTO_DRAFT_MODEL_VOCAB = 8192  # a draft model's: the tokens its distillation loss covered (98% of those tokens)
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (spec/limit.py)
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
     "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None},
                     lambda p, loaded: dict(p)),
-    "draft": Method({"num_speculative_tokens": 3, LIMIT: None, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"),
+    "draft": Method({"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, "draft": str(DEFAULT_DRAFT)},
+                    _draft_options, "draft", "draft"),
     "eagle": Method({"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 16, "draft_vocab": "auto", LIMIT: None,
                      "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
@@ -183,10 +192,12 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     drafter_cfg, options = None, {}
     if kind == "draft":
         drafter_cfg = ModelConfig.from_file(path / "config.json")
+        size = _draft_vocab_size(spec.params, path, AUTO_DRAFT_MODEL_VOCAB)
+        options = {} if size is None else {"reduced_vocab": size}
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-        size = _draft_vocab_size(spec.params, path) if kind == "eagle" else None
+        size = _draft_vocab_size(spec.params, path, AUTO_DRAFT_VOCAB) if kind == "eagle" else None
         if size is not None:
             options = {"reduced_vocab": size}
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

@@ -17,6 +17,7 @@ matmuls; on the CPU they can be prepacked for oneDNN (``linear.py``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -241,6 +242,7 @@ class Transformer(nn.Module):
         cache: KVCache,
         logits_at: Tensor | None = None,  # [batch, n] indices into q; None = every position
         capture_layers: tuple[int, ...] = (),
+        lm_head: Callable[[Tensor], Tensor] | None = None,  # replaces the model's own (a reduced vocabulary's)
     ) -> ForwardOutput:
         x = self.embed_tokens(tokens).to(self.dtype)  # the table may be stored compactly (loading.py)
         batch.prepare(self.config)
@@ -256,7 +258,7 @@ class Transformer(nn.Module):
             picked = hidden.gather(1, logits_at[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
             picked = hidden
-        return ForwardOutput(self.lm_head(picked), hidden, captured)
+        return ForwardOutput((lm_head or self.lm_head)(picked), hidden, captured)
 
 
 def prefill(

@@ -7,7 +7,10 @@ sequence and feeds the rest (the accepted tokens and the bonus token) in one
 batched forward before drafting ``num_speculative_tokens`` tokens as a chain.
 Greedy requests get argmax drafts; sampled requests get drafts sampled from
 the draft model's distribution under the request's own sampling parameters,
-returned with those probabilities so verification stays lossless.
+returned with those probabilities so verification stays lossless. With a
+reduced draft vocabulary (``draft_vocab``: the most frequent tokens) its
+lm_head scores only those: most of a small draft model's step is its
+vocabulary-wide lm_head.
 
 Does not know: the target model, or what verification keeps.
 """
@@ -21,6 +24,7 @@ from speculab.models.llama import Transformer, causal_batch, prefill
 from speculab.sampling import target_probs
 from speculab.spec.proposer import Proposer, ProposeState, register
 from speculab.spec.tree import Draft
+from speculab.spec.vocab import ReducedVocabulary
 
 class VocabularyMismatchError(ValueError):
     """Proposer and target disagree on the vocabulary."""
@@ -30,12 +34,17 @@ class VocabularyMismatchError(ValueError):
 class DraftModelProposer(Proposer):
     name = "draft"
 
-    def __init__(self, model: Transformer, num_speculative_tokens: int = 4):
+    def __init__(self, model: Transformer, num_speculative_tokens: int = 4, draft_vocab: torch.Tensor | None = None):
+        """``draft_vocab``: [n] target token ids the draft model may draft (FR-Spec); None: the whole vocabulary."""
         if num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be at least 1")
         self.model = model
         self.k = self.max_draft_tokens = num_speculative_tokens
         self.device = model.norm.weight.device
+        self.reduced = None
+        if draft_vocab is not None:
+            ids = draft_vocab.to(self.device)
+            self.reduced = ReducedVocabulary(ids, model.lm_head_rows(ids), model.config.vocab_size)
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.model.config.vocab_size != target.vocab_size:
@@ -91,16 +100,20 @@ class DraftModelProposer(Proposer):
         return sequence[keep:]
 
     def _pick(self, logits: torch.Tensor, requests, slots: list[int]) -> tuple[list[int], list[torch.Tensor | None]]:
-        """One draft token per row: argmax for greedy requests, a sample (with its distribution) otherwise."""
-        tokens, probs = logits.argmax(-1).tolist(), []
+        """One draft token per row: argmax for greedy requests, a sample (with its distribution) otherwise.
+
+        logits: [batch, vocab], or [batch, n] over a reduced vocabulary's kept tokens.
+        """
+        picked, probs = logits.argmax(-1), []
         for row, r in enumerate(requests):
             if r.params.greedy:
                 probs.append(None)
                 continue
             p = target_probs(logits[row : row + 1], r.params)[0]
-            tokens[row] = int(torch.multinomial(p, 1, generator=self.generators[slots[row]]))
-            probs.append(p)
-        return tokens, probs
+            picked[row] = torch.multinomial(p, 1, generator=self.generators[slots[row]])[0]
+            probs.append(p if self.reduced is None else self.reduced.spread(p))
+        tokens = picked if self.reduced is None else self.reduced.to_target(picked)
+        return tokens.tolist(), probs
 
     def propose(self, state: ProposeState) -> list[Draft]:
         reqs = state.requests
@@ -111,7 +124,8 @@ class DraftModelProposer(Proposer):
         width = max(map(len, tails))
         tokens = torch.tensor([t + [0] * (width - len(t)) for t in tails], device=self.device)
         last = torch.tensor([[len(t) - 1] for t in tails], device=self.device)
-        logits = self.model(tokens, causal_batch(rows, start, width), self.cache, logits_at=last).logits[:, 0]
+        head = None if self.reduced is None else self.reduced.logits
+        logits = self.model(tokens, causal_batch(rows, start, width), self.cache, logits_at=last, lm_head=head).logits[:, 0]
         lengths = start + torch.tensor([len(t) for t in tails], device=self.device)
         drafted: list[list[int]] = [[] for _ in reqs]
         dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
@@ -123,7 +137,7 @@ class DraftModelProposer(Proposer):
             if step == self.k - 1:
                 break
             feed = torch.tensor(picked, device=self.device)[:, None]
-            logits = self.model(feed, causal_batch(rows, lengths, 1), self.cache).logits[:, 0]
+            logits = self.model(feed, causal_batch(rows, lengths, 1), self.cache, lm_head=head).logits[:, 0]
             lengths = lengths + 1
             for row, slot in enumerate(slots):
                 self.pending[slot].append(picked[row])

@@ -26,15 +26,15 @@ Does not know: verification, or the target's cache.
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
-from speculab.models.linear import PackedLinear, can_prepack
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.spec.draft_model import VocabularyMismatchError
 from speculab.spec.proposer import Proposer, ProposeState, register
 from speculab.spec.tree import Draft
+from speculab.spec.vocab import ReducedVocabulary
 
 
 @register("eagle")
@@ -57,7 +57,7 @@ class EagleProposer(Proposer):
             raise ValueError("batch_budget must be at least 1")
         self.head, self.target = head, target
         self.device = target.norm.weight.device
-        self.vocab_ids, self.draft_lm_head = None, None
+        self.reduced: ReducedVocabulary | None = None
         self.num_steps, self.topk = num_steps, topk
         most_nodes = topk + (num_steps - 1) * topk * topk
         self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
@@ -70,18 +70,14 @@ class EagleProposer(Proposer):
             raise ValueError("an EAGLE-3 head drafts over its own vocabulary; draft_vocab applies to EAGLE-1/2 heads")
         if token_ids.numel() < self.topk:
             raise ValueError(f"draft_vocab keeps {token_ids.numel()} tokens, fewer than topk={self.topk}")
-        rows = self.target.lm_head_rows(token_ids.to(self.device))  # [n, hidden]
-        linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=self.device, dtype=rows.dtype)
-        linear.weight = nn.Parameter(rows, requires_grad=False)
-        packable = self.device.type == "cpu" and can_prepack(rows.dtype)
-        self.draft_lm_head = PackedLinear(linear) if packable else linear
-        self.vocab_ids = token_ids.to(self.device)
+        token_ids = token_ids.to(self.device)
+        self.reduced = ReducedVocabulary(token_ids, self.target.lm_head_rows(token_ids), self.target.config.vocab_size)
 
     def _logits(self, hidden: Tensor) -> Tensor:
         """The head's draft logits [..., vocab or n kept tokens] for its output features [..., hidden]."""
-        if self.draft_lm_head is None:
+        if self.reduced is None:
             return self.head.logits(self.target, hidden)
-        return self.draft_lm_head(hidden.to(self.target.dtype))
+        return self.reduced.logits(hidden.to(self.target.dtype))
 
     def tree_shape(self, batch_size: int) -> tuple[int, int, int]:
         """(topk, num_steps, draft nodes kept) per row at this batch size."""
@@ -213,7 +209,7 @@ class EagleProposer(Proposer):
 
     def _to_target(self, ids: Tensor) -> Tensor:
         """Draft vocabulary ids to target ids (the kept tokens of ``draft_vocab``; EAGLE-3 maps its own)."""
-        return ids if self.vocab_ids is None else self.vocab_ids[ids]
+        return ids if self.reduced is None else self.reduced.to_target(ids)
 
     def _tree_mask(self, committed: Tensor, ancestors: list[Tensor], slots_now: Tensor) -> Tensor:
         """[B, 1, k, length]: committed entries, the node's ancestors, and itself."""

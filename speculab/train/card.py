@@ -76,7 +76,7 @@ def write_manifest(out: Path, *, command: list[str], data: dict, train_seconds: 
 
 
 def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: dict, acceptance: dict,
-               plot: str, command: list[str], earlier_commands: list[str] = ()) -> Path:
+               plot: str, command: list[str], earlier_commands: list[str] = (), init_from: Path | None = None) -> Path:
     acc = acceptance
     rate = acc.get("acceptance_rate")
     lines = [
@@ -85,6 +85,8 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         "## Data", "",
         f"- {data['num_sequences']} sequences, {data['num_tokens']:,} tokens ({data['response_tokens']:,} of them "
         f"the target's own responses; {data['sampled_responses']} responses sampled at T=0.8, the rest greedy).",
+        *([f"- Prompts drawn with seeds {', '.join(map(str, data['prompt_seeds']))}, {data['spec']['num_prompts']} per seed."]
+          if data.get("prompt_seeds") else []),
         *([f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
            "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."]
           if data.get("code_windows") else []),
@@ -94,7 +96,8 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time budget'}).",
         f"- Final loss {loop['final'].get('loss', float('nan')):.4f}; "
         + ", ".join(f"{k} {v:.4f}" for k, v in loop["final"].items() if k not in ("step", "seconds", "lr", "loss")) + ".",
-        *(f"- Earlier run, resumed by the next: `{c}`" for c in earlier_commands),
+        *([f"- Started from the weights of `{init_from}` (fresh optimiser and schedule)."] if init_from else []),
+        *(f"- Earlier run, continued by the next: `{c}`" for c in earlier_commands),
         f"- Command: `{' '.join(command)}`", "",
         f"![loss curve]({plot})", "",
         "## Acceptance (held-out prompts from the training share, greedy)", "",

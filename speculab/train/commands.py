@@ -32,7 +32,10 @@ def add_train_parser(sub) -> None:
         if kind != "data":
             p.add_argument("--out", required=True, type=Path, help="output folder")
         p.add_argument("--data-dir", type=Path, default=None, help="self-distilled data cache (default: ~/.cache/speculab/train-data/<target>)")
-        p.add_argument("--num-prompts", type=int, default=144)
+        p.add_argument("--num-prompts", type=int, default=144, help="training prompts drawn and answered per prompt seed")
+        p.add_argument("--prompt-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                       help="draw --num-prompts prompts for each of these seeds (default: --seed), each set kept in "
+                            "its own data folder (DATA_DIR, then DATA_DIR-seedN): more seeds, more answered prompts")
         p.add_argument("--response-tokens", type=int, default=160)
         p.add_argument("--code-windows", type=int, default=0,
                        help="also have the target read this many long code windows of training-share files "
@@ -44,6 +47,10 @@ def add_train_parser(sub) -> None:
         p.add_argument("--max-minutes", type=float, default=None, help="stop (and save) after this much training time")
         p.add_argument("--checkpoint-every", type=int, default=50)
         p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+        if kind in ("eagle", "draft"):
+            p.add_argument("--init", type=Path, default=None, metavar="DIR",
+                           help="start from the weights of this trained drafter (same kind, same target) with a fresh "
+                                "optimiser and schedule, e.g. to go on training a shipped drafter on more data")
         p.add_argument("--eval-prompts", type=int, default=8)
         p.add_argument("--eval-tokens", type=int, default=96)
         p.add_argument("--seed", type=int, default=0)
@@ -67,25 +74,43 @@ def add_train_parser(sub) -> None:
     t.set_defaults(func=cmd_train)
 
 
-def _data(args, loaded):
-    from speculab.train.data import CodeSpec, DataSpec, data_manifest, generate_sequences, load_features, record_code_windows
+def _data_dir(args, loaded, seed: int) -> Path:
+    """The data folder of one prompt seed: DATA_DIR for --seed, DATA_DIR-seedN for the others."""
+    base = args.data_dir or cache_dir() / "train-data" / loaded.path.name
+    return base if seed == args.seed else base.with_name(f"{base.name}-seed{seed}")
 
-    spec = DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=args.seed)
-    code_spec = CodeSpec(num_windows=args.code_windows, seed=args.seed)
-    data_dir = args.data_dir or cache_dir() / "train-data" / loaded.path.name
+
+def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
+    from speculab.train.data import generate_sequences
+
     spec_file = data_dir / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
         raise SystemExit(f"{data_dir} holds data made with other settings ({spec_file}); pass another --data-dir")
     data_dir.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
-    sequences = generate_sequences(loaded, spec, data_dir)
-    windows = record_code_windows(loaded, code_spec, data_dir, skip_files={s["source"] for s in sequences})
-    records = sequences + windows
+    return generate_sequences(loaded, spec, data_dir)
+
+
+def _data(args, loaded):
+    from speculab.train.data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
+
+    seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
+    specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
+    parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec in specs for folder in [_data_dir(args, loaded, spec.seed)]]
+    sequences = [s for _, records in parts for s in records]
+    # Windows avoid the files of --seed's prompts (what they were drawn against when first made).
+    base = _data_dir(args, loaded, args.seed)
+    code_spec = CodeSpec(num_windows=args.code_windows, seed=args.seed)
+    own = {s["source"] for d, records in parts if d == base for s in records}
+    windows = record_code_windows(loaded, code_spec, base, skip_files=own)
+    parts.append((base, windows))
     items = None
     if args.kind not in ("data", "vocab"):  # only training reads the features (~1 GB for the shipped data)
-        features = load_features(data_dir, records)
-        items = [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
-    return spec, records, items, data_manifest(sequences, spec, windows, code_spec)
+        items = []
+        for data_dir, records in parts:  # ids repeat across seeds: features are looked up per folder
+            features = load_features(data_dir, records)
+            items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
+    return specs[0], sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
 
 
 def _earlier_commands(out: Path) -> list[str]:
@@ -164,7 +189,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     state_dir = args.out / "state"  # checkpoint and logs: resumable, not shipped
     result = loop.run(model, batches, step_fn, cfg, state_dir, resume=args.resume, desc=f"train {args.kind}")
     save(model, args.out)
-    if args.kind == "eagle":
+    if args.kind == "eagle" or (args.kind == "draft" and DraftTrainer.reduced(args, target.config.vocab_size)):
+        # the ranking a reduced draft vocabulary reads (--draft-vocab N, draft_vocab=auto in speculab bench)
         _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
     history = loop.read_log(state_dir)
     (args.out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
@@ -178,9 +204,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
                     "final": history[-1] if history else {}}
     earlier = _earlier_commands(args.out) if args.resume else []
+    if getattr(args, "init", None) is not None:  # the runs that trained the starting weights come first
+        earlier = _earlier_commands(args.init) + earlier
     card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
                       data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command,
-                      earlier_commands=earlier)
+                      earlier_commands=earlier, init_from=getattr(args, "init", None))
     write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
                    train_seconds=result.seconds,
                    extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
@@ -191,6 +219,21 @@ def cmd_train(args: argparse.Namespace) -> int:
                       "train_minutes": round(result.seconds / 60, 1), "tau": acceptance["mean_acceptance_length"],
                       "acceptance_rate": acceptance["acceptance_rate"]}))
     return 0
+
+
+def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
+    """Copy a trained drafter's weights into the freshly built ``model`` (same architecture and sizes)."""
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"--init {folder}: no trained drafter there (config.json missing)")
+    state = load().state_dict()
+    mine = model.state_dict()
+    for name, value in mine.items():
+        if name not in state:
+            raise SystemExit(f"--init {folder}: it has no tensor {name}; is it a drafter of this kind for this target?")
+        if state[name].shape != value.shape:
+            raise SystemExit(f"--init {folder}: tensor {name} has shape {tuple(state[name].shape)}, the model being "
+                             f"trained needs {tuple(value.shape)} (check --hidden-size, --layers, --intermediate-size)")
+    model.load_state_dict({name: state[name].to(value.dtype) for name, value in mine.items()})
 
 
 class EagleTrainer:
@@ -204,6 +247,8 @@ class EagleTrainer:
 
         raw = json.loads((loaded.path / "config.json").read_text())
         head = new_head(target, seed=args.seed)
+        if args.init is not None:
+            _start_from(head, args.init, lambda: load_eagle_head(args.init, target, torch.float32, prepack=False))
         step_fn = lambda batch: head_loss(head, target, batch)  # noqa: E731
 
         def load_for_eval(out, loaded):
@@ -272,6 +317,8 @@ class DraftTrainer:
 
         raw = json.loads((loaded.path / "config.json").read_text())
         draft = new_draft(raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed)
+        if args.init is not None:
+            _start_from(draft, args.init, lambda: type(draft).from_pretrained(args.init, torch_dtype=torch.float32))
         vocab_size = target.config.vocab_size
         rows_of_step = lambda: None  # noqa: E731  the whole vocabulary
         if DraftTrainer.reduced(args, vocab_size):

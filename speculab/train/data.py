@@ -275,11 +275,14 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
     return features
 
 
-def data_manifest(sequences: list[dict], spec: DataSpec, windows: list[dict] = (),
+def data_manifest(sequences: list[dict], specs: DataSpec | list[DataSpec], windows: list[dict] = (),
                   code_spec: CodeSpec | None = None) -> dict:
+    """What the trainers read: the prompt sets (one spec per prompt seed), code windows, token counts, sources."""
+    specs = [specs] if isinstance(specs, DataSpec) else list(specs)
     files = sorted({s["source"] for s in [*sequences, *windows]})
     return {
-        "spec": spec.__dict__,
+        "spec": specs[0].__dict__,
+        **({"prompt_seeds": [s.seed for s in specs]} if len(specs) > 1 else {}),
         **({"code_spec": code_spec.__dict__, "code_windows": len(windows),
             "code_window_tokens": sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows)} if windows else {}),
         "num_sequences": len(sequences),

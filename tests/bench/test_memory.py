@@ -96,6 +96,9 @@ def test_estimate_tiny_is_consistent_and_json():
     json.dumps([base, draft, eagle])
     assert base["kv_capacity_tokens"] == (budget - 2 * 86848) // 256
     assert draft["drafter_weights_bytes"] == 2 * TINY_DRAFT.num_parameters()
+    # a reduced draft vocabulary keeps its own copy of that many lm_head rows (hidden 32)
+    reduced = estimate(TINY, "draft", TINY_DRAFT, 2, budget, reduced_vocab=40)
+    assert reduced["drafter_weights_bytes"] == 2 * (TINY_DRAFT.num_parameters() + 40 * 32)
     assert draft["kv_bytes_per_token_per_device"] == 256 + 64
     assert draft["kv_capacity_tokens"] == (budget - 2 * 86848 - 2 * TINY_DRAFT.num_parameters()) // 320
     assert eagle["drafter_weights_bytes"] == 2 * eagle_head_parameters(TINY)

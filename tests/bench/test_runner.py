@@ -44,7 +44,7 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
     assert main(bench_args(setup, out)) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = cells(out)
-    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(3,1,3)", "draft(3)@draft") for b in (1, 2)}
+    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(3,1,3)", "draft(3,auto)@draft") for b in (1, 2)}
     for c in rows:
         assert c["greedy_identical"] is True and c["agreement"] == 1.0  # lossless, fp32
         assert c["output_tokens"] > 0 and c["tok_s"] > 0 and c["ttft_p50_s"] > 0

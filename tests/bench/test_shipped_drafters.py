@@ -20,8 +20,8 @@ def test_default_methods_on_the_embedded_model_match_the_baseline(method):
     base = Engine(loaded.model, 2, 512).generate(prompts, params)
     spec = parse_method(method)
     proposer = new_proposer(spec, proposer_options(spec, loaded))
-    if spec.name == "eagle":
-        assert getattr(proposer, "inner", proposer).draft_lm_head is not None  # the shipped token ranking is used
+    if spec.name in ("eagle", "draft"):
+        assert len(getattr(proposer, "inner", proposer).reduced) == {"eagle": 4096, "draft": 8192}[spec.name]  # the shipped ranking
     out = Engine(loaded.model, 2, 512, proposer=proposer).generate(prompts, params)
     assert [r.output_ids for r in out] == [r.output_ids for r in base]
     assert sum(r.stats.accepted_tokens for r in out) > 0

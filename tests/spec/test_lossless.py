@@ -46,6 +46,9 @@ METHODS = {
     "ngram": lambda target, other: make_proposer("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3),
     "draft-other": lambda target, other: make_proposer("draft", model=other, num_speculative_tokens=3),
     "draft-self": lambda target, other: make_proposer("draft", model=target, num_speculative_tokens=4),
+    # a reduced draft vocabulary: 96 of the 256 tokens, in no particular order
+    "draft-other-reduced": lambda target, other: make_proposer(
+        "draft", model=other, num_speculative_tokens=3, draft_vocab=torch.randperm(256, generator=torch.Generator().manual_seed(0))[:96]),
 }
 
 
@@ -67,6 +70,14 @@ def test_self_draft_accepts_everything(target):
         assert r.stats.accepted_tokens == r.stats.drafted_depth
         assert r.stats.acceptance_rate == 1.0
         assert r.stats.mean_acceptance_length > 4.0  # 5 per step except the budget-truncated last ones
+
+
+def test_self_draft_over_a_shuffled_whole_vocabulary_accepts_everything(target):
+    """Draft indices map back to the right token ids: the target over every token, listed shuffled, is always right."""
+    shuffled = torch.randperm(256, generator=torch.Generator().manual_seed(1))
+    requests = speculative(target, repetitive_prompts(2, seed=1),
+                           make_proposer("draft", model=target, num_speculative_tokens=4, draft_vocab=shuffled))
+    assert all(r.stats.acceptance_rate == 1.0 for r in requests)
 
 
 def test_ngram_accepts_on_copying_model(target):

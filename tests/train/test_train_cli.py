@@ -1,10 +1,12 @@
 """``speculab train eagle|draft`` end to end on a tiny target with a ready data cache (no sources needed)."""
 
 import json
+import shutil
 from collections import Counter
 
 import pytest
-from safetensors.torch import save_file
+import torch
+from safetensors.torch import load_file, save_file
 
 from speculab.cli import main
 from speculab.models.eagle3_head import load_eagle3_head
@@ -70,4 +72,75 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
     commands = json.loads((out / "manifest.json").read_text())["commands"]
     assert len(commands) == 2 and commands[1].endswith("--resume") and not commands[0].endswith("--resume")
-    assert f"Earlier run, resumed by the next: `{commands[0]}`" in (out / "README.md").read_text()
+    assert f"Earlier run, continued by the next: `{commands[0]}`" in (out / "README.md").read_text()
+
+
+def _train_args(kind, target, data, out, steps="4", *extra):
+    sizes = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else ["--ranking-source-chars", "0"]
+    return ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
+            "--response-tokens", "24", "--steps", steps, "--batch-tokens", "256", "--eval-prompts", "0", *sizes, *extra]
+
+
+def test_prompt_seeds_read_every_seeds_folder(target_and_data, tmp_path, capsys):
+    """A second prompt seed's data sits in DATA_DIR-seed1; its ids repeat the first set's, its features differ."""
+    target, data = target_and_data
+    base = tmp_path / "data"
+    shutil.copytree(data, base)
+    other = tmp_path / "data-seed1"
+    shutil.copytree(data, other)
+    records = [json.loads(line) for line in (other / "sequences.jsonl").read_text().splitlines()]
+    for r in records:
+        r["source"] = r["source"].replace(".py", "_b.py")
+    (other / "sequences.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (other / "spec.json").write_text(json.dumps(DataSpec(num_prompts=4, response_tokens=24, seed=1).__dict__))
+    out = tmp_path / "eagle"
+    assert main(_train_args("eagle", target, base, out, "2", "--prompt-seeds", "0", "1")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["data"]["num_sequences"] == 8 and manifest["data"]["prompt_seeds"] == [0, 1]
+    assert len(json.loads((out / "training_files.json").read_text())) == 8  # both seeds' files
+    assert "seeds 0, 1, 4 per seed" in (out / "README.md").read_text()
+    # a seed folder made with other settings is refused, naming it
+    (other / "spec.json").write_text(json.dumps(DataSpec(num_prompts=5, response_tokens=24, seed=1).__dict__))
+    with pytest.raises(SystemExit, match="data-seed1 holds data made with other settings"):
+        main(_train_args("eagle", target, base, tmp_path / "again", "2", "--prompt-seeds", "0", "1"))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft"])
+def test_init_starts_from_a_trained_drafter(target_and_data, tmp_path, capsys, kind):
+    target, data = target_and_data
+    first = tmp_path / "first"
+    assert main(_train_args(kind, target, data, first)) == 0
+    # one step at learning rate 0 changes nothing: the saved weights are the starting ones, bit for bit
+    second = tmp_path / "second"
+    assert main(_train_args(kind, target, data, second, "1", "--lr", "0", "--init", str(first))) == 0
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert len(manifest["commands"]) == 2 and "--init" in manifest["commands"][1]  # the first run's command comes first
+    assert f"Started from the weights of `{first}`" in (second / "README.md").read_text()
+
+
+def test_init_with_other_sizes_names_the_tensor(target_and_data, tmp_path, capsys):
+    target, data = target_and_data
+    first = tmp_path / "first"
+    assert main(_train_args("draft", target, data, first, "1")) == 0
+    args = _train_args("draft", target, data, tmp_path / "wider", "1", "--init", str(first))
+    args[args.index("--hidden-size") + 1] = "48"
+    with pytest.raises(SystemExit, match=r"--init .*first: tensor .* has shape"):
+        main(args)
+
+
+def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(target_and_data, tmp_path, capsys):
+    from speculab import runtime
+    from speculab.bench.methods import parse_method, proposer_options
+
+    target, data = target_and_data
+    out = tmp_path / "draft"
+    assert main(_train_args("draft", target, data, out, "2", "--draft-vocab", "32", "--negatives", "8",
+                            "--ranking-source-chars", "0")) == 0
+    assert "draft_vocab.safetensors" in json.loads((out / "manifest.json").read_text())["files"]
+    loaded = runtime.load(str(target), "float32")
+    ranking = load_token_ranking(out, loaded.model.config.vocab_size)
+    options = proposer_options(parse_method(f"draft:draft={out}"), loaded)  # draft_vocab=auto
+    assert torch.equal(options["draft_vocab"], ranking[:8192])
+    assert "draft_vocab" not in proposer_options(parse_method(f"draft:draft={out},draft_vocab=none"), loaded)

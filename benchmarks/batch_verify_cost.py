@@ -1,0 +1,61 @@
+"""What a verify step costs at each batch size: one target forward over q tokens per request.
+
+Every request has a 1,200-token context. For batch size B, a verify of q tokens per request costs
+forward(B, q); with a perfect, free drafter a step then emits q tokens per request, so
+q · forward(B, 1) / forward(B, q) is the most speculation can gain at that batch size on this
+machine (the ceiling). Usage: python benchmarks/batch_verify_cost.py [--batch-sizes 1 4 16]
+[--qs 1 2 3 4 8] [--repeats 7]. Medians of interleaved repeats; the last stdout line is one JSON document.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from speculab.models.llama import causal_batch, prefill
+from speculab.runtime import load
+
+CONTEXT = 1200
+
+
+def measure(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, float]:
+    cache = model.new_cache(batch_size, CONTEXT + max(qs) + 8)
+    context = torch.randint(0, model.config.vocab_size, (CONTEXT,)).tolist()
+    for slot in range(batch_size):
+        prefill(model, cache, slot, context)
+    rows, start = torch.arange(batch_size), torch.full((batch_size,), CONTEXT)
+    times: dict[int, list[float]] = {q: [] for q in qs}
+    for _ in range(repeats + 1):  # the first round warms up
+        for q in qs:
+            batch = causal_batch(rows, start, q)
+            tokens = torch.tensor([context[:q]] * batch_size)
+            began = time.perf_counter()
+            model(tokens, batch, cache)
+            times[q].append(time.perf_counter() - began)
+    return {q: statistics.median(t[1:]) * 1e3 for q, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--qs", type=int, nargs="+", default=[1, 2, 3, 4, 8])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    model = load(None, args.dtype).model
+    results = []
+    for b in args.batch_sizes:
+        ms = measure(model, b, args.qs, args.repeats)
+        for q in args.qs:
+            row = {"batch_size": b, "q": q, "ms": round(ms[q], 2), "relative": round(ms[q] / ms[1], 3),
+                   "ceiling_speedup": round(q * ms[1] / ms[q], 3)}
+            results.append(row)
+            print(row, file=sys.stderr)
+    print(json.dumps({"dtype": args.dtype, "context": CONTEXT, "threads": torch.get_num_threads(), "results": results}))
+
+
+if __name__ == "__main__":
+    main()
