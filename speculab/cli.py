@@ -25,27 +25,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-def _reduced_vocabulary(args: argparse.Namespace, loaded, folder) -> dict:
-    """``draft_vocab``: the drafter folder's --draft-vocab most frequent tokens (its draft_vocab.safetensors)."""
-    from speculab.models.eagle_head import load_token_ranking
-
-    if args.draft_vocab is None:
-        return {}
-    return {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[: args.draft_vocab]}
-
-
 def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
+    from speculab.bench.methods import reduced_vocabulary
     from speculab.models.eagle_head import load_eagle_head
 
     return dict(head=load_eagle_head(folder, loaded.model), target=loaded.model, num_steps=args.num_steps, topk=args.topk,
-                num_draft_tokens=args.num_draft_tokens, **_reduced_vocabulary(args, loaded, folder))
+                num_draft_tokens=args.num_draft_tokens, **reduced_vocabulary(folder, loaded, args.draft_vocab))
 
 
 def _draft_options(args: argparse.Namespace, loaded, folder) -> dict:
-    from speculab.bench.methods import load_draft_model
+    from speculab.bench.methods import load_draft_model, reduced_vocabulary
 
     return dict(model=load_draft_model(folder, loaded), num_speculative_tokens=args.num_speculative_tokens,
-                **_reduced_vocabulary(args, loaded, folder))
+                **reduced_vocabulary(folder, loaded, args.draft_vocab))
 
 
 def build_proposer(args: argparse.Namespace, loaded):

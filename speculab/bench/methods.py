@@ -58,15 +58,17 @@ def load_draft_model(path: str | Path, loaded):
     return load_model(path, DTYPES[loaded.dtype], loaded.device)
 
 
-def _draft_options(p: dict, loaded) -> dict:
+def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
+    """The ``draft_vocab`` option (FR-Spec): the drafter folder's ``size`` most frequent tokens; {} for None."""
     from speculab.models.eagle_head import load_token_ranking
 
+    return {} if size is None else {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[:size]}
+
+
+def _draft_options(p: dict, loaded) -> dict:
     folder = _existing(p["draft"], "draft")
-    options = {"model": load_draft_model(folder, loaded), "num_speculative_tokens": p["num_speculative_tokens"]}
-    size = _draft_vocab_size(p, folder, AUTO_DRAFT_MODEL_VOCAB)
-    if size is not None:  # FR-Spec: the draft model's lm_head scores the most frequent tokens only
-        options["draft_vocab"] = load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
-    return options
+    return {"model": load_draft_model(folder, loaded), "num_speculative_tokens": p["num_speculative_tokens"],
+            **reduced_vocabulary(folder, loaded, _draft_vocab_size("draft", p, folder))}
 
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
@@ -79,22 +81,19 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         head = loader(folder, loaded.model)
         options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
                    "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
-        size = _draft_vocab_size(p, folder, AUTO_DRAFT_VOCAB)
-        if size is not None:  # FR-Spec: the head scores the most frequent tokens only
-            options["draft_vocab"] = e2.load_token_ranking(folder, loaded.model.config.vocab_size)[:size]
-        return options
+        return options | reduced_vocabulary(folder, loaded, _draft_vocab_size(loader_name, p, folder))
 
     return build
 
 
-def _draft_vocab_size(params: dict, folder: Path, auto: int) -> int | None:
-    """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is ``auto`` tokens where the drafter
-    ships a token ranking and the whole vocabulary (None) elsewhere."""
+def _draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
+    """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where
+    the drafter ships a token ranking and the whole vocabulary (None) elsewhere."""
     from speculab.models.eagle_head import RANKING_FILE
 
     size = params.get("draft_vocab")
     if size == "auto":
-        return auto if (Path(folder) / RANKING_FILE).exists() else None
+        return AUTO_DRAFT_VOCAB[method] if (Path(folder) / RANKING_FILE).exists() else None
     return size
 
 
@@ -106,8 +105,9 @@ def _existing(path: str | Path, key: str) -> Path:
     return path
 
 
-AUTO_DRAFT_VOCAB = 4096  # draft_vocab=auto: tokens kept (94% of the workload's baseline output tokens; BENCHMARKS.md)
-AUTO_DRAFT_MODEL_VOCAB = 8192  # a draft model's: the tokens its distillation loss covered (98% of those tokens)
+# draft_vocab=auto, tokens kept: an EAGLE head's 4,096 cover 94% of the workload's baseline output tokens
+# (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%).
+AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (spec/limit.py)
 
 METHODS: dict[str, Method] = {
@@ -192,12 +192,9 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     drafter_cfg, options = None, {}
     if kind == "draft":
         drafter_cfg = ModelConfig.from_file(path / "config.json")
-        size = _draft_vocab_size(spec.params, path, AUTO_DRAFT_MODEL_VOCAB)
-        options = {} if size is None else {"reduced_vocab": size}
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-        size = _draft_vocab_size(spec.params, path, AUTO_DRAFT_VOCAB) if kind == "eagle" else None
-        if size is not None:
-            options = {"reduced_vocab": size}
+    if kind in AUTO_DRAFT_VOCAB and (size := _draft_vocab_size(kind, spec.params, path)) is not None:
+        options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

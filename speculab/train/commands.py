@@ -110,7 +110,7 @@ def _data(args, loaded):
         for data_dir, records in parts:  # ids repeat across seeds: features are looked up per folder
             features = load_features(data_dir, records)
             items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
-    return specs[0], sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
+    return sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
 
 
 def _earlier_commands(out: Path) -> list[str]:
@@ -164,7 +164,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     command = command_line(args.argv)
     started = time.perf_counter()
     loaded = runtime.load(args.target, dtype="float32", device=args.device)
-    spec, sequences, items, data = _data(args, loaded)
+    sequences, items, data = _data(args, loaded)
     if args.kind == "data":
         print(json.dumps({k: v for k, v in data.items() if k not in ("files", "sources")}))
         return 0
@@ -203,12 +203,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                       "accepted_per_position": [], "identical_to_baseline": None}
     loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
                     "final": history[-1] if history else {}}
-    earlier = _earlier_commands(args.out) if args.resume else []
-    if getattr(args, "init", None) is not None:  # the runs that trained the starting weights come first
-        earlier = _earlier_commands(args.init) + earlier
+    init = getattr(args, "init", None)  # eagle and draft only
+    earlier = (_earlier_commands(init) if init else []) + (_earlier_commands(args.out) if args.resume else [])
     card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
                       data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command,
-                      earlier_commands=earlier, init_from=getattr(args, "init", None))
+                      earlier_commands=earlier, init_from=init)
     write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
                    train_seconds=result.seconds,
                    extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order

@@ -275,10 +275,9 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
     return features
 
 
-def data_manifest(sequences: list[dict], specs: DataSpec | list[DataSpec], windows: list[dict] = (),
+def data_manifest(sequences: list[dict], specs: list[DataSpec], windows: list[dict] = (),
                   code_spec: CodeSpec | None = None) -> dict:
     """What the trainers read: the prompt sets (one spec per prompt seed), code windows, token counts, sources."""
-    specs = [specs] if isinstance(specs, DataSpec) else list(specs)
     files = sorted({s["source"] for s in [*sequences, *windows]})
     return {
         "spec": specs[0].__dict__,

@@ -51,7 +51,7 @@ def test_skipped_files_stay_out_and_the_manifest_counts_windows(loaded, tmp_path
     skip = {f.file_id for f in made_up_files("python")[:3]}
     windows = record_code_windows(loaded, SPEC, tmp_path / "d", skip_files=skip)
     assert windows and not skip & {w["source"] for w in windows}
-    manifest = data_manifest([], data.DataSpec(num_prompts=0), windows, SPEC)
+    manifest = data_manifest([], [data.DataSpec(num_prompts=0)], windows, SPEC)
     assert manifest["code_windows"] == len(windows)
     assert manifest["code_window_tokens"] == sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows)
     assert set(manifest["files"]) == {w["source"] for w in windows}
