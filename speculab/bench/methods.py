@@ -116,7 +116,9 @@ METHODS: dict[str, Method] = {
                     lambda p, loaded: dict(p)),
     "draft": Method({"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, "draft": str(DEFAULT_DRAFT)},
                     _draft_options, "draft", "draft"),
-    "eagle": Method({"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 16, "draft_vocab": "auto", LIMIT: None,
+    # batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 4 on, where a
+    # verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget").
+    "eagle": Method({"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, "draft_vocab": "auto", LIMIT: None,
                      "eagle": str(DEFAULT_EAGLE)},
                     _eagle_options("eagle"), "eagle", "eagle"),
     "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, LIMIT: None, "eagle": None},

@@ -116,9 +116,9 @@ def test_prompt_cache_reproduces_a_fresh_prefill():
 def test_method_specs_parse_with_defaults_and_labels():
     from speculab.bench.methods import parse_method
 
-    assert parse_method("eagle").label == "eagle(3,2,4,16,auto)"
-    assert parse_method("eagle:draft_vocab=none").label == "eagle(3,2,4,16)"
-    assert parse_method("eagle:eagle=/x/my-head").label == "eagle(3,2,4,16,auto)@my-head"
+    assert parse_method("eagle").label == "eagle(3,2,4,4,auto)"
+    assert parse_method("eagle:draft_vocab=none").label == "eagle(3,2,4,4)"
+    assert parse_method("eagle:eagle=/x/my-head").label == "eagle(3,2,4,4,auto)@my-head"
     assert parse_method("eagle:draft_vocab=2048").params["draft_vocab"] == 2048
     with pytest.raises(ValueError, match="int, auto or none"):
         parse_method("eagle:draft_vocab=many")
