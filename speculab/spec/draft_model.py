@@ -41,10 +41,7 @@ class DraftModelProposer(Proposer):
         self.model = model
         self.k = self.max_draft_tokens = num_speculative_tokens
         self.device = model.norm.weight.device
-        self.reduced = None
-        if draft_vocab is not None:
-            ids = draft_vocab.to(self.device)
-            self.reduced = ReducedVocabulary(ids, model.lm_head_rows(ids), model.config.vocab_size)
+        self.reduced = None if draft_vocab is None else ReducedVocabulary.of(model, draft_vocab)
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.model.config.vocab_size != target.vocab_size:

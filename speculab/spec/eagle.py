@@ -70,8 +70,7 @@ class EagleProposer(Proposer):
             raise ValueError("an EAGLE-3 head drafts over its own vocabulary; draft_vocab applies to EAGLE-1/2 heads")
         if token_ids.numel() < self.topk:
             raise ValueError(f"draft_vocab keeps {token_ids.numel()} tokens, fewer than topk={self.topk}")
-        token_ids = token_ids.to(self.device)
-        self.reduced = ReducedVocabulary(token_ids, self.target.lm_head_rows(token_ids), self.target.config.vocab_size)
+        self.reduced = ReducedVocabulary.of(self.target, token_ids)
 
     def _logits(self, hidden: Tensor) -> Tensor:
         """The head's draft logits [..., vocab or n kept tokens] for its output features [..., hidden]."""

@@ -30,6 +30,12 @@ class ReducedVocabulary:
         linear.weight = nn.Parameter(rows, requires_grad=False)
         self.lm_head = PackedLinear(linear) if rows.device.type == "cpu" and can_prepack(rows.dtype) else linear
 
+    @classmethod
+    def of(cls, model, token_ids: Tensor) -> ReducedVocabulary:
+        """The kept tokens [n] scored by ``model``'s own lm_head rows (any model with ``lm_head_rows``)."""
+        token_ids = token_ids.to(model.norm.weight.device)
+        return cls(token_ids, model.lm_head_rows(token_ids), model.config.vocab_size)
+
     def __len__(self) -> int:
         return self.token_ids.numel()
 

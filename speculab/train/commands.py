@@ -96,7 +96,8 @@ def _data(args, loaded):
 
     seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
     specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
-    parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec in specs for folder in [_data_dir(args, loaded, spec.seed)]]
+    folders = [_data_dir(args, loaded, spec.seed) for spec in specs]
+    parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec, folder in zip(specs, folders)]
     sequences = [s for _, records in parts for s in records]
     # Windows avoid the files of --seed's prompts (what they were drawn against when first made).
     base = _data_dir(args, loaded, args.seed)
