@@ -28,6 +28,7 @@ bench: setup
 	$(BIN)/speculab bench --quick --out $(BENCH_OUT)
 
 test: setup
+	$(BIN)/ruff check speculab tests benchmarks
 	$(BIN)/python -m pytest -q
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
@@ -48,4 +49,4 @@ assets: setup
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
 workload: setup
-	$(BIN)/python -m speculab.data.build_workload --check
+	$(BIN)/python -m speculab.corpora.build_workload --check

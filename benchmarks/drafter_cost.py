@@ -15,12 +15,12 @@ import time
 
 import torch
 
-from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
 from speculab.models.eagle_head import load_eagle_head, load_token_ranking
 from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
 from speculab.runtime import load
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.proposer import make_proposer
 
 CONTEXT, TOPK, DRAFT_VOCAB, DRAFT_MODEL_VOCAB = 1200, 8, 4096, 8192
 

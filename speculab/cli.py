@@ -12,6 +12,7 @@ stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -25,49 +26,27 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 
 
-def _eagle_options(args: argparse.Namespace, loaded, folder) -> dict:
-    from speculab.bench.methods import reduced_vocabulary
-    from speculab.models.eagle_head import load_eagle_head
-
-    return dict(head=load_eagle_head(folder, loaded.model), target=loaded.model, num_steps=args.num_steps, topk=args.topk,
-                num_draft_tokens=args.num_draft_tokens, **reduced_vocabulary(folder, loaded, args.draft_vocab))
+# generate's flags that set a method parameter (vLLM's and SGLang's names); each overrides the spec's value
+METHOD_FLAGS = ("draft", "eagle", "num_steps", "topk", "num_draft_tokens", "draft_vocab", "num_speculative_tokens",
+                "prompt_lookup_min", "prompt_lookup_max")
 
 
-def _draft_options(args: argparse.Namespace, loaded, folder) -> dict:
-    from speculab.bench.methods import load_draft_model, reduced_vocabulary
+def method_spec(args: argparse.Namespace):
+    """The spec named by --method (``name[:key=value,...]``, as in ``speculab bench``) with the flags given."""
+    from speculab.methods import METHODS, drafter_key, parse_method
 
-    return dict(model=load_draft_model(folder, loaded), num_speculative_tokens=args.num_speculative_tokens,
-                **reduced_vocabulary(folder, loaded, args.draft_vocab))
-
-
-def build_proposer(args: argparse.Namespace, loaded):
-    """The proposer named by --method, built from its own flags."""
-    from speculab.models.eagle3_head import load_eagle3_head
-    from speculab.spec.proposer import make_proposer
-
-    from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
-
-    shipped = {"--draft PATH": DEFAULT_DRAFT, "--eagle PATH": DEFAULT_EAGLE}
-
-    def need(flag: str, value):
-        if value is None and args.model is None and args.method != "eagle3":
-            return shipped[flag]  # the embedded model's shipped drafters
-        if value is None:
-            raise ValueError(f"--method {args.method} needs {flag}")
-        return value
-
-    options = {
-        "baseline": lambda: {},
-        "ngram": lambda: dict(num_speculative_tokens=args.num_speculative_tokens, prompt_lookup_min=args.prompt_lookup_min,
-                              prompt_lookup_max=args.prompt_lookup_max),
-        "draft": lambda: _draft_options(args, loaded, need("--draft PATH", args.draft)),
-        "eagle": lambda: _eagle_options(args, loaded, need("--eagle PATH", args.eagle)),
-        "eagle3": lambda: dict(head=load_eagle3_head(need("--eagle PATH", args.eagle), loaded.model), target=loaded.model,
-                               num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens),
-    }
-    if args.method not in options:
-        raise ValueError(f"--method {args.method} is not available yet; choose one of {', '.join(options)}")
-    return make_proposer(args.method, **options[args.method]())
+    name, _, settings = args.method.partition(":")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    given = {k: getattr(args, k) for k in METHOD_FLAGS if getattr(args, k) is not None}
+    for key in given:
+        if key not in METHODS[name].defaults:
+            raise ValueError(f"--{key.replace('_', '-')} does not apply to --method {name}")
+    spec = parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))]))
+    key = drafter_key(spec)
+    if key and args.model is not None and spec.params[key] == METHODS[spec.name].defaults.get(key):
+        raise ValueError(f"--method {spec.name} needs --{key} PATH: the shipped drafters are for the embedded model")
+    return spec
 
 
 def _run_once(loaded, prompt_ids, params, proposer, on_token=None):
@@ -89,6 +68,7 @@ def _decode_rate(request) -> float | None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from speculab.bench.compare import agreement
+    from speculab.methods import new_proposer, proposer_options
     from speculab.runtime import load
     from speculab.sampling import SamplingParams
 
@@ -98,9 +78,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos
     )
-    proposer = build_proposer(args, loaded)
+    spec = method_spec(args)
+    options = proposer_options(spec, loaded)
+    if args.compare_baseline:  # both sides warmed up, so neither pays first-call costs in its timing
+        for warm in (None, new_proposer(spec, options)):
+            _run_once(loaded, prompt_ids, dataclasses.replace(params, max_tokens=min(8, params.max_tokens)), warm)
     baseline = _run_once(loaded, prompt_ids, params, None)[0] if args.compare_baseline else None
-    request, total = _run_once(loaded, prompt_ids, params, proposer, None if args.json else _printer(tok.stream_decoder()))
+    request, total = _run_once(loaded, prompt_ids, params, new_proposer(spec, options),
+                               None if args.json else _printer(tok.stream_decoder()))
     if not args.json:
         print(flush=True)
         return 0
@@ -113,7 +98,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "ttft_s": request.ttft,
         "total_s": total,
         "finish_reason": request.finish_reason,
-        "method": args.method,
+        "method": spec.name,
+        "label": spec.label,
         "mean_acceptance_length": stats.mean_acceptance_length,
         "acceptance_rate": stats.acceptance_rate,
         "spec_stats": stats.as_dict(),
@@ -178,18 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's stop tokens")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last stdout line")
-    g.add_argument("--method", default="baseline", choices=["baseline", "draft", "eagle", "eagle3", "ngram"])
-    g.add_argument("--draft", default=None, help="draft model checkpoint folder (--method draft)")
-    g.add_argument("--eagle", default=None, help="EAGLE head folder (--method eagle or eagle3)")
-    g.add_argument("--num-steps", type=int, default=5, help="EAGLE tree depth")
-    g.add_argument("--topk", type=int, default=4, help="EAGLE branching per expanded node")
-    g.add_argument("--num-draft-tokens", type=int, default=16, help="EAGLE tree size, root included")
-    g.add_argument("--draft-vocab", type=int, default=None,
+    g.add_argument("--method", default="baseline",
+                   help="baseline, ngram, draft, eagle or eagle3, with optional settings as in `speculab bench`: "
+                        "eagle:num_steps=5,topk=8,num_draft_tokens=32; defaults in speculab/methods.py")
+    g.add_argument("--draft", default=None, help="draft model checkpoint folder (--method draft; default: the shipped one)")
+    g.add_argument("--eagle", default=None, help="EAGLE head folder (--method eagle or eagle3; default: the shipped one)")
+    g.add_argument("--num-steps", type=int, default=None, help="EAGLE tree depth")
+    g.add_argument("--topk", type=int, default=None, help="EAGLE branching per expanded node")
+    g.add_argument("--num-draft-tokens", type=int, default=None, help="EAGLE tree size, root included")
+    g.add_argument("--draft-vocab", default=None,
                    help="--method eagle or draft: draft over the N most frequent tokens only (the drafter folder's "
-                        "draft_vocab.safetensors, written by `speculab train eagle` or `speculab train vocab`)")
-    g.add_argument("--num-speculative-tokens", type=int, default=4, help="draft/ngram chain length")
-    g.add_argument("--prompt-lookup-min", type=int, default=1)
-    g.add_argument("--prompt-lookup-max", type=int, default=4)
+                        "draft_vocab.safetensors), auto, or none (the whole vocabulary)")
+    g.add_argument("--num-speculative-tokens", type=int, default=None, help="draft/ngram chain length")
+    g.add_argument("--prompt-lookup-min", type=int, default=None)
+    g.add_argument("--prompt-lookup-max", type=int, default=None)
     g.add_argument("--compare-baseline", action="store_true", help="also run plain decoding; report identical, agreement, speedup")
     _add_model_args(g)
     g.set_defaults(func=cmd_generate)

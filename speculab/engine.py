@@ -30,10 +30,10 @@ import torch
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.sampling import SamplingParams, sample_rows, target_probs
-from speculab.spec.proposer import Proposer, ProposeState
-from speculab.spec.stats import SpecStats
-from speculab.spec.tree import VerifyTree
-from speculab.spec.verify import verify_greedy, verify_sampled
+from speculab.speculative.proposer import Proposer, ProposeState
+from speculab.speculative.stats import SpecStats
+from speculab.speculative.tree import VerifyTree
+from speculab.speculative.verify import verify_greedy, verify_sampled
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
 

@@ -3,7 +3,7 @@
 Knows: greedy (temperature 0), temperature, top-k, top-p, per-request seeds.
 ``target_probs`` is the one definition of "the target's distribution" that
 both plain sampling and lossless speculative verification draw from, so the
-two cannot drift apart. Does not know: drafts or acceptance (``spec/verify.py``).
+two cannot drift apart. Does not know: drafts or acceptance (``speculative/verify.py``).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def save_tiny_checkpoint(folder: Path, kind: str = "llama", seed: int = 0, safe:
 
 
 def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     vocab |= {f"w{i}": i for i in range(3, vocab_size)}

@@ -45,8 +45,8 @@ def add_bench_parsers(sub) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from speculab.bench.methods import parse_method
     from speculab.bench.runner import PROFILES, BenchConfig
+    from speculab.methods import parse_method
 
     profile = PROFILES[args.profile]
     if any(b < 1 for b in args.batch_sizes):

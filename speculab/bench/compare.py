@@ -1,7 +1,7 @@
 """Peer benchmarks: speculab's baseline decoding against transformers and llama.cpp.
 
 Knows: how to build the same real-code prompt for every side (a window of
-CPython 3.11.7's ``textwrap.py``, PSF-2.0, shipped in ``bench/data``, inside a
+CPython 3.11.7's ``textwrap.py``, PSF-2.0, shipped in ``bench/workload_files``, inside a
 "refactor this" chat message, cut to an exact token count), and how to time
 decoding the same way for every side: the decode rate of a run is
 ``batch * (N - 1) / (t(last token) - t(first token of the last row))``, which
@@ -26,8 +26,8 @@ from speculab.engine import Engine
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import Proposer
-from speculab.spec.stats import SpecStats
+from speculab.speculative.proposer import Proposer
+from speculab.speculative.stats import SpecStats
 
 CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 
@@ -35,7 +35,7 @@ CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 def code_prompts(tokenizer: Tokenizer, num_tokens: int, count: int) -> list[list[int]]:
     """``count`` chat prompts of at most ``num_tokens`` tokens (as close as whole characters allow),
     each over a different window of real code."""
-    lines = resources.files("speculab.bench").joinpath("data", CODE_FILE).read_text().splitlines(keepends=True)
+    lines = resources.files("speculab.bench").joinpath("workload_files", CODE_FILE).read_text().splitlines(keepends=True)
 
     def encode(code: str) -> list[int]:
         return tokenizer.encode_chat([{"role": "user", "content": f"Refactor this Python code for readability:\n```python\n{code}```"}])
@@ -222,7 +222,7 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
 
     from speculab.models.eagle_head import load_eagle_head
     from speculab.models.embedded import cache_dir
-    from speculab.spec.proposer import make_proposer
+    from speculab.speculative.proposer import make_proposer
 
     if not args.eagle:
         raise ValueError("compare eagle-reference needs --eagle PATH (an EAGLE-1 head for the target)")

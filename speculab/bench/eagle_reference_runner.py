@@ -135,9 +135,9 @@ def main():
         torch.set_num_threads(args.threads)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
 
-    import eagle.model.ea_model as eam
     import eagle.model.choices as eachoices
     import eagle.model.cnets as cnets
+    import eagle.model.ea_model as eam
 
     eam.AutoTokenizer = _StubAutoTokenizer
 

@@ -28,7 +28,7 @@ DOMAIN_ORDER = ("python", "typescript", "sql")
 PLOT_FILES = {"tok_s": "tok_s_vs_batch.png", "speedup": "speedup_vs_batch.png", "acceptance": "acceptance_by_domain.png"}
 ACCEPTANCE_DEFINITION = (
     "acceptance rate = accepted draft tokens / drafted depth (draft tokens along the verified path; "
-    "speculab.spec.stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
+    "speculab.speculative.stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
     "figures under other definitions (SGLang's accept length over tree nodes) are not comparable."
 )
 

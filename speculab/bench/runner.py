@@ -18,20 +18,20 @@ import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from speculab.bench.memory import machine_memory_budget
-from speculab.bench.methods import MethodSpec, drafter_path, memory_estimate, new_proposer, proposer_options
+from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
 from speculab.engine import Engine, PromptCache, Request
 from speculab.jsonl import read_records
+from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
 from speculab.sampling import SamplingParams
-from speculab.spec.stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 PROFILES = {
     "quick": dict(num_prompts=16, max_tokens=16, repeats=1, prompt_cache=True),
@@ -224,10 +224,10 @@ def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool) -> dict:
     budget = machine_memory_budget()
     memory, drafters = {}, {}
     for spec in cfg.methods:
-        memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget)
+        memory[spec.label] = method_estimate(spec, loaded.model.config, dtype_bytes, budget)
         if (path := drafter_path(spec)) is not None:
             drafters[spec.label] = model_record(path)
-    return {"kind": "run", "run_id": run_id, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return {"kind": "run", "run_id": run_id, "started": datetime.now(UTC).isoformat(timespec="seconds"),
             "resumed": resumed, "config": cfg.record() | {"dtype": loaded.dtype},
             "testbed": testbed(), "models": {"target": model_record(loaded.path), "drafters": drafters}, "memory": memory}
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-SHIPPED = Path(__file__).resolve().parent / "data" / "workload.jsonl"
+SHIPPED = Path(__file__).resolve().parent / "workload_files" / "workload.jsonl"
 DOMAINS = ("python", "typescript", "sql")
 ROLES = ("system", "user", "assistant")
 

@@ -66,7 +66,7 @@ class ModelConfig:
         return self.num_layers * layer + heads + h
 
     @classmethod
-    def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json") -> "ModelConfig":
+    def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json") -> ModelConfig:
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise UnsupportedModelError(
@@ -102,7 +102,7 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_file(cls, path: Path) -> "ModelConfig":
+    def from_file(cls, path: Path) -> ModelConfig:
         try:
             hf = json.loads(Path(path).read_text())
         except FileNotFoundError:

@@ -12,7 +12,7 @@ it (the hidden states entering layers 2, N//2 and N-3), and one step:
 pre-norm ``h'`` feeds the next step; fc applies only to the target's 3H-wide
 features.
 
-Does not know: tree growth (shared with EAGLE-2 in ``spec/eagle.py``).
+Does not know: tree growth (shared with EAGLE-2 in ``speculative/eagle.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import torch
 from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
+from speculab.models.eagle_head import read_head_config, read_head_tensors
 from speculab.models.kv_cache import KVCache
 from speculab.models.linear import prepack_linears
 from speculab.models.llama import MLP, Attention, ForwardBatch, RMSNorm, Transformer, attention_mask, rope_inv_freq, rope_tables
-from speculab.models.eagle_head import read_head_config, read_head_tensors
 from speculab.models.loading import CheckpointError
 
 

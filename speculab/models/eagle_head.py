@@ -9,7 +9,7 @@ feature)))``, whose logits come from the target's lm_head. The head reuses
 the target model file's attention and MLP, so its KV cache, positions and tree
 masks work exactly like the target's.
 
-Does not know: how drafts are grown into a tree (``spec/eagle.py``).
+Does not know: how drafts are grown into a tree (``speculative/eagle.py``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def measure_acceptance(loaded, proposer, prompts: list[list[int]], max_tokens: i
     """Greedy τ and acceptance of ``proposer`` with the target on held-out prompts, plus identity with plain decoding."""
     from speculab.engine import Engine
     from speculab.sampling import SamplingParams
-    from speculab.spec.stats import SpecStats
+    from speculab.speculative.stats import SpecStats
 
     max_len = max(map(len, prompts)) + max_tokens + proposer.max_draft_tokens + 8
     params = SamplingParams(max_tokens=max_tokens)
@@ -90,7 +90,7 @@ def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: d
         *([f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
            "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."]
           if data.get("code_windows") else []),
-        "- Sources (training share only; the benchmark's files are excluded by `speculab.data.sources.is_benchmark_file`):",
+        "- Sources (training share only; the benchmark's files are excluded by `speculab.corpora.sources.is_benchmark_file`):",
         *[f"  - {s['name']} {s['version']} ({s['registry']}), {s['license']}" for s in data["sources"]],
         "", "## Training", "",
         f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time budget'}).",

@@ -81,7 +81,7 @@ def _data_dir(args, loaded, seed: int) -> Path:
 
 
 def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
-    from speculab.train.data import generate_sequences
+    from speculab.train.distill_data import generate_sequences
 
     spec_file = data_dir / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
@@ -92,7 +92,7 @@ def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
 
 
 def _data(args, loaded):
-    from speculab.train.data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
+    from speculab.train.distill_data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
 
     seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
     specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
@@ -143,7 +143,7 @@ def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str],
 
 
 def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
-    from speculab.train.data import DataSpec, draw_prompts
+    from speculab.train.distill_data import DataSpec, draw_prompts
 
     used = {s["source"] for s in sequences}
     spec = DataSpec(num_prompts=args.eval_prompts * 4, seed=args.seed + 1000)
@@ -178,7 +178,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model, step_fn, make_batch, save, load_for_eval, metrics = trainer.setup(args, target, loaded, sequences)
     cfg = loop.LoopConfig(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
                           checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes)
-    from speculab.train.data import batches_by_tokens
+    from speculab.train.distill_data import batches_by_tokens
 
     def batches(start: int):
         stream = batches_by_tokens(items, args.batch_tokens, args.seed)
@@ -236,13 +236,25 @@ def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
     model.load_state_dict({name: state[name].to(value.dtype) for name, value in mine.items()})
 
 
+def _evaluation(spec_text: str):
+    """The held-out check's proposer for a trained drafter in ``out``: ``spec_text`` with ``out`` as its drafter,
+    parsed and built by ``speculab.methods`` like every other command's."""
+    from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
+
+    def load_for_eval(out, loaded):
+        name = spec_text.partition(":")[0]
+        spec = parse_method(f"{spec_text},{METHODS[name].drafter}={out}")
+        return new_proposer(spec, proposer_options(spec, loaded))
+
+    return load_for_eval
+
+
 class EagleTrainer:
     TITLE = "EAGLE-2 head for {target}"
 
     @staticmethod
     def setup(args, target, loaded, sequences):
         from speculab.models.eagle_head import load_eagle_head
-        from speculab.spec.proposer import make_proposer
         from speculab.train.eagle import head_loss, make_batch, new_head, save_head
 
         raw = json.loads((loaded.path / "config.json").read_text())
@@ -251,10 +263,7 @@ class EagleTrainer:
             _start_from(head, args.init, lambda: load_eagle_head(args.init, target, torch.float32, prepack=False))
         step_fn = lambda batch: head_loss(head, target, batch)  # noqa: E731
 
-        def load_for_eval(out, loaded):
-            return make_proposer("eagle", head=load_eagle_head(out, loaded.model), target=loaded.model,
-                                 num_steps=5, topk=8, num_draft_tokens=32)
-
+        load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
         return head, step_fn, make_batch, lambda m, out: save_head(m, raw, out), load_for_eval, ("loss", "feature_loss", "token_loss", "top1")
 
     @staticmethod
@@ -276,8 +285,6 @@ class Eagle3Trainer:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.models.eagle3_head import load_eagle3_head
-        from speculab.spec.proposer import make_proposer
         from speculab.train.eagle3 import draft_vocabulary, make_batch, new_eagle3_head, save_eagle3_head, ttt_loss
         from speculab.train.vocab import rank_tokens
 
@@ -288,10 +295,7 @@ class Eagle3Trainer:
         head = new_eagle3_head(target, target_ids, seed=args.seed)
         step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps)  # noqa: E731
 
-        def load_for_eval(out, loaded):
-            return make_proposer("eagle3", head=load_eagle3_head(out, loaded.model), target=loaded.model,
-                                 num_steps=5, topk=8, num_draft_tokens=32)
-
+        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
         return (head, step_fn, lambda group: make_batch(target, target_ids, group),
                 lambda m, out: save_eagle3_head(m, raw, out), load_for_eval, ("loss", "top1", "top1_step1", "top1_step2"))
 
@@ -310,8 +314,6 @@ class DraftTrainer:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.models.loading import load_model
-        from speculab.spec.proposer import make_proposer
         from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft
         from speculab.train.vocab import rank_tokens
 
@@ -327,9 +329,7 @@ class DraftTrainer:
             rows_of_step = lambda: loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
         step_fn = lambda batch: draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
 
-        def load_for_eval(out, loaded):
-            return make_proposer("draft", model=load_model(out, torch.float32, loaded.device), num_speculative_tokens=5)
-
+        load_for_eval = _evaluation("draft:num_speculative_tokens=5,draft_vocab=none")
         return draft, step_fn, make_batch, lambda m, out: save_draft(m, loaded.path, out), load_for_eval, ("kl", "top1", "overlap")
 
     @staticmethod

@@ -30,7 +30,7 @@ def rank_tokens(tokenizer, sequences: list[dict], chars_per_domain: int = 2_000_
     Each domain's training files are read in sorted order up to ``chars_per_domain`` characters, so the
     ranking is reproducible and no domain dominates by its size. Ties are broken by token id.
     """
-    from speculab.train.data import training_files
+    from speculab.train.distill_data import training_files
 
     counts: Counter[int] = Counter()
     for s in sequences:

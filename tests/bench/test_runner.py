@@ -44,7 +44,8 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
     assert main(bench_args(setup, out)) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = cells(out)
-    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(3,1,3)", "draft(3,auto)@draft") for b in (1, 2)}
+    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3)",
+                                                                            "draft(num_speculative_tokens=3,draft_vocab=auto)@draft") for b in (1, 2)}
     for c in rows:
         assert c["greedy_identical"] is True and c["agreement"] == 1.0  # lossless, fp32
         assert c["output_tokens"] > 0 and c["tok_s"] > 0 and c["ttft_p50_s"] > 0
@@ -114,16 +115,18 @@ def test_prompt_cache_reproduces_a_fresh_prefill():
 
 
 def test_method_specs_parse_with_defaults_and_labels():
-    from speculab.bench.methods import parse_method
+    from speculab.methods import parse_method
 
-    assert parse_method("eagle").label == "eagle(3,2,4,4,auto)"
-    assert parse_method("eagle:draft_vocab=none").label == "eagle(3,2,4,4)"
-    assert parse_method("eagle:eagle=/x/my-head").label == "eagle(3,2,4,4,auto)@my-head"
+    assert parse_method("eagle").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,batch_budget=4,draft_vocab=auto)"
+    assert parse_method("eagle:draft_vocab=none").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,batch_budget=4)"
+    assert parse_method("eagle:eagle=/x/my-head").label.endswith("draft_vocab=auto)@my-head")
+    # two settings that differ in one switched-off parameter never share a label
+    assert parse_method("eagle:draft_vocab=none").label != parse_method("eagle:batch_budget=none").label
     assert parse_method("eagle:draft_vocab=2048").params["draft_vocab"] == 2048
     with pytest.raises(ValueError, match="int, auto or none"):
         parse_method("eagle:draft_vocab=many")
     spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
-    assert spec.params["batch_budget"] is None and spec.label == "eagle(5,8,32,auto)"
+    assert spec.params["batch_budget"] is None and spec.label == "eagle(num_steps=5,topk=8,num_draft_tokens=32,draft_vocab=auto)"
     assert parse_method("ngram:num_speculative_tokens=3").params == {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5,
                                                                     "disable_by_batch_size": None}
     with pytest.raises(ValueError, match="takes"):

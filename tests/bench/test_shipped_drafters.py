@@ -2,9 +2,9 @@
 
 import pytest
 
-from speculab.bench.methods import new_proposer, parse_method, proposer_options
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.engine import Engine
+from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.sampling import SamplingParams
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from speculab.bench.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
 from speculab.bench.workload import SHIPPED, WorkloadError, interleave_domains, load_workload
-from speculab.data.prompts import TEMPLATES
-from speculab.data.sources import SOURCES, is_benchmark_file
+from speculab.corpora.prompts import TEMPLATES
+from speculab.corpora.sources import SOURCES, is_benchmark_file
+from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
 
 RECORDS = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
 

@@ -7,10 +7,10 @@ import torch
 from speculab.engine import Engine
 from speculab.models.loading import load_model
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.proposer import make_proposer
 from speculab.train import loop
+from speculab.train.distill_data import batches_by_tokens
 from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft
-from speculab.train.data import batches_by_tokens
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
 

@@ -8,10 +8,9 @@ from speculab.engine import Engine
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import prefill
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.proposer import make_proposer
 from speculab.train import loop
-from speculab.train.data import FeatureRecorder
-from speculab.train.data import batches_by_tokens
+from speculab.train.distill_data import FeatureRecorder, batches_by_tokens
 from speculab.train.eagle import head_loss, make_batch, new_head, save_head
 from tests.helpers import speculab_from_hf, tiny_hf_model
 

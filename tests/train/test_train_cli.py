@@ -12,7 +12,7 @@ from speculab.cli import main
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head, load_token_ranking
 from speculab.models.loading import load_model
-from speculab.train.data import DataSpec
+from speculab.train.distill_data import DataSpec
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
 
@@ -132,7 +132,7 @@ def test_init_with_other_sizes_names_the_tensor(target_and_data, tmp_path, capsy
 
 def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(target_and_data, tmp_path, capsys):
     from speculab import runtime
-    from speculab.bench.methods import parse_method, proposer_options
+    from speculab.methods import parse_method, proposer_options
 
     target, data = target_and_data
     out = tmp_path / "draft"

@@ -7,7 +7,7 @@ from speculab.engine import Engine
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.proposer import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
@@ -58,7 +58,7 @@ def test_tree_parents_precede_children_and_respect_budget(tmp_path, hf_target, t
     for p in prompts_of([6, 9], seed=1):
         engine.add_request(p, PARAMS)
     engine.step()  # prefill both
-    from speculab.spec.proposer import ProposeState
+    from speculab.speculative.proposer import ProposeState
 
     drafts = proposer.propose(ProposeState(engine.running))
     for d in drafts:
@@ -91,7 +91,7 @@ def test_eagle3_greedy_identical_to_baseline(tmp_path, batch):
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_static_tree_greedy_identical_and_shaped(tmp_path, hf_target, target, batch):
-    from speculab.spec.eagle import STATIC_TREES
+    from speculab.speculative.eagle import STATIC_TREES
 
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     prompts = prompts_of([5 + 4 * i for i in range(batch)], seed=7)
@@ -111,7 +111,7 @@ def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
     paths = [[0], [1], [0, 0], [0, 2]]
     static = make_proposer("eagle-static", head=head, target=target, tree=paths)
     dynamic = make_proposer("eagle", head=head, target=target, num_steps=2, topk=3, num_draft_tokens=13)
-    from speculab.spec.proposer import ProposeState
+    from speculab.speculative.proposer import ProposeState
 
     drafts = []
     for proposer in (static, dynamic):

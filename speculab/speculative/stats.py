@@ -37,7 +37,7 @@ class SpecStats:
         for i in range(accepted):
             self.accepted_per_position[i] += 1
 
-    def merge(self, other: "SpecStats") -> None:
+    def merge(self, other: SpecStats) -> None:
         self.steps += other.steps
         self.drafts += other.drafts
         self.draft_tokens += other.draft_tokens

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from speculab.spec.proposer import Proposer, ProposeState
-from speculab.spec.tree import Draft
+from speculab.speculative.proposer import Proposer, ProposeState
+from speculab.speculative.tree import Draft
 
 
 class SpeculationLimit:

@@ -3,7 +3,7 @@
 Knows: the workload's make-up (34 Python, 33 TypeScript, 33 SQL prompts; the
 tasks of each domain; about 1,200 target tokens a prompt) and how to draw it
 deterministically from the benchmark share of the sources. Run it with
-``python -m speculab.data.build_workload`` (``--check`` compares with the shipped
+``python -m speculab.corpora.build_workload`` (``--check`` compares with the shipped
 file instead of writing it).
 
 Does not know: how the workload is run (``speculab.bench``).
@@ -17,12 +17,12 @@ import random
 import sys
 from pathlib import Path
 
-from speculab.data.prompts import TEMPLATES, code_prompt, pick_window
-from speculab.data.sources import SOURCES, Source, is_benchmark_file, iter_files, source_record
-from speculab.data.tpc import TPC_SPECS, TPC_TEMPLATE
+from speculab.corpora.prompts import TEMPLATES, code_prompt, pick_window
+from speculab.corpora.sources import SOURCES, Source, is_benchmark_file, iter_files, source_record
+from speculab.corpora.tpc import TPC_SPECS, TPC_TEMPLATE
 
 SEED = 20261130
-WORKLOAD_PATH = Path(__file__).resolve().parent.parent / "bench" / "data" / "workload.jsonl"
+WORKLOAD_PATH = Path(__file__).resolve().parent.parent / "bench" / "workload_files" / "workload.jsonl"
 # (source name, number of prompts); TPC-style schemas fill SQL up to 33
 PLAN: tuple[tuple[str, int], ...] = (
     ("cpython-stdlib", 34),

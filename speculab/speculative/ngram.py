@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from speculab.spec.proposer import Proposer, ProposeState, register
-from speculab.spec.tree import Draft
+from speculab.speculative.proposer import Proposer, ProposeState, register
+from speculab.speculative.tree import Draft
 
 
 def lookup(sequence: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:

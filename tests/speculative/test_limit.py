@@ -6,8 +6,8 @@ import torch
 from speculab.engine import Engine
 from speculab.models.eagle_head import load_eagle_head
 from speculab.sampling import SamplingParams
-from speculab.spec.limit import SpeculationLimit
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.limit import SpeculationLimit
+from speculab.speculative.proposer import make_proposer
 from tests.helpers import tiny_model, write_eagle_head
 
 
@@ -33,8 +33,8 @@ def test_limit_decodes_plainly_above_it_and_resumes_losslessly(tmp_path, hf_targ
 
 
 def test_limit_is_a_method_parameter():
-    from speculab.bench.methods import parse_method
+    from speculab.methods import parse_method
 
     spec = parse_method("ngram:disable_by_batch_size=4")
-    assert spec.params["disable_by_batch_size"] == 4 and spec.label == "ngram(4,2,5,4)"
+    assert spec.params["disable_by_batch_size"] == 4 and spec.label == "ngram(num_speculative_tokens=4,prompt_lookup_min=2,prompt_lookup_max=5,disable_by_batch_size=4)"
     assert parse_method("eagle").params["disable_by_batch_size"] is None

@@ -6,7 +6,7 @@ import torch
 from speculab.engine import Engine
 from speculab.models.llama import causal_batch
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.proposer import make_proposer
 from tests.helpers import tiny_model
 
 VOCAB = 12

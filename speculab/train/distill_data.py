@@ -36,11 +36,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from speculab.data.prompts import FENCE, TEMPLATES, code_prompt, pick_window
-from speculab.data.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
+from speculab.corpora.prompts import FENCE, TEMPLATES, code_prompt, pick_window
+from speculab.corpora.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
 from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
-from speculab.spec.proposer import Proposer
+from speculab.speculative.proposer import Proposer
 
 DOMAIN_SHARE = {"python": 0.4, "typescript": 0.35, "sql": 0.25}
 

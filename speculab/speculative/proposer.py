@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from speculab.spec.tree import Draft
+from speculab.speculative.tree import Draft
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class ProposeState:
     """What a proposer may read: the running requests, row i in slot i."""
 
-    requests: list["Request"]
+    requests: list[Request]
 
 
 class Proposer:
@@ -42,13 +42,13 @@ class Proposer:
     needs_features = False  # True when it reads the target's hidden states (EAGLE)
     feature_layers: tuple[int, ...] = ()  # target layers whose inputs form the features; () = the final hidden state
 
-    def bind(self, num_slots: int, max_seq_len: int, target: "ModelConfig") -> None:
+    def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         """Called once by the engine: its slot count, sequence limit and the target's config."""
 
     def propose(self, state: ProposeState) -> list[Draft]:
         return [Draft.empty() for _ in state.requests]
 
-    def admit(self, slot: int, request: "Request", features: "Tensor | None" = None) -> None:
+    def admit(self, slot: int, request: Request, features: Tensor | None = None) -> None:
         """A request entered ``slot``; features: [prompt_len, hidden] the target's prefill hidden states."""
 
     @property
@@ -60,11 +60,11 @@ class Proposer:
         """What ``admit`` built from the prompt alone in ``slot``, for ``admit_cached``."""
         raise NotImplementedError
 
-    def admit_cached(self, slot: int, request: "Request", features: "Tensor | None", state: Any) -> None:
+    def admit_cached(self, slot: int, request: Request, features: Tensor | None, state: Any) -> None:
         """``admit`` from a cached ``prompt_state`` of the same prompt and drafter."""
         raise NotImplementedError
 
-    def observe(self, slot: int, features: "Tensor") -> None:
+    def observe(self, slot: int, features: Tensor) -> None:
         """features: [accepted + 1, hidden] the target's hidden states at the kept path (root first)."""
 
     def move(self, src: int, dst: int) -> None:
@@ -87,9 +87,9 @@ def register(name: str) -> Callable:
 
 def make_proposer(name: str, **options: Any) -> Proposer:
     """Build a registered proposer; unknown names and options are clear errors."""
-    import speculab.spec.draft_model  # noqa: F401  (registration side effects)
-    import speculab.spec.eagle  # noqa: F401
-    import speculab.spec.ngram  # noqa: F401
+    import speculab.speculative.draft_model  # noqa: F401  (registration side effects)
+    import speculab.speculative.eagle  # noqa: F401
+    import speculab.speculative.ngram  # noqa: F401
 
     if name not in PROPOSERS:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(PROPOSERS))}")

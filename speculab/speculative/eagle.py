@@ -31,10 +31,10 @@ from torch import Tensor
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
-from speculab.spec.draft_model import VocabularyMismatchError
-from speculab.spec.proposer import Proposer, ProposeState, register
-from speculab.spec.tree import Draft
-from speculab.spec.vocab import ReducedVocabulary
+from speculab.speculative.draft_model import VocabularyMismatchError
+from speculab.speculative.proposer import Proposer, ProposeState, register
+from speculab.speculative.tree import Draft
+from speculab.speculative.vocab import ReducedVocabulary
 
 
 @register("eagle")

@@ -5,8 +5,8 @@ import torch
 
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
-from speculab.spec.draft_model import VocabularyMismatchError
-from speculab.spec.proposer import make_proposer
+from speculab.speculative.draft_model import VocabularyMismatchError
+from speculab.speculative.proposer import make_proposer
 from tests.helpers import tiny_model
 
 PARAMS = SamplingParams(max_tokens=20, ignore_eos=True)

@@ -41,11 +41,11 @@ class Draft:
             raise ValueError(f"draft has {n} tokens but {self.probs.shape[0]} probability rows")
 
     @classmethod
-    def empty(cls) -> "Draft":
+    def empty(cls) -> Draft:
         return cls(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
 
     @classmethod
-    def chain(cls, tokens: list[int] | Tensor, probs: Tensor | None = None) -> "Draft":
+    def chain(cls, tokens: list[int] | Tensor, probs: Tensor | None = None) -> Draft:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         return cls(tokens, torch.arange(tokens.numel()) - 1, probs)
 
@@ -68,7 +68,7 @@ class VerifyTree:
     draft_probs: Tensor | None  # [n - 1, vocab]
 
     @classmethod
-    def from_draft(cls, root_token: int, draft: Draft) -> "VerifyTree":
+    def from_draft(cls, root_token: int, draft: Draft) -> VerifyTree:
         tokens = torch.cat([torch.tensor([root_token]), draft.tokens])
         parents = torch.cat([torch.tensor([-1]), draft.parents + 1])
         depth = torch.zeros(len(tokens), dtype=torch.long)

@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speculab.data.sources import SourceFile
+from speculab.corpora.sources import SourceFile
 
 FENCE = {"python": "python", "typescript": "ts", "sql": "sql"}
 

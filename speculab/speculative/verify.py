@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from speculab.spec.tree import VerifyTree
+from speculab.speculative.tree import VerifyTree
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,18 @@
-"""Benchmark methods: ``name[:key=value,...]`` specs, their defaults, their drafters and their memory.
+"""Decoding methods: ``name[:key=value,...]`` specs, their one set of defaults, and their drafters.
+
+The one place where a method's settings live: ``speculab generate``, ``speculab bench``,
+``speculab serve`` and the trainers' evaluations all build their proposers from a
+:class:`MethodSpec` parsed here, so a label in BENCHMARKS.md names exactly what any
+command runs.
 
 Knows: each method's parameters and defaults (the shipped drafters of the
 embedded model are the default ``draft`` and ``eagle`` checkpoints), how to
-parse a spec from the command line, how to build its proposer through the
-proposer registry, and which drafter kind and config its memory estimate
-needs. Adding a method is one entry in ``METHODS``; nothing branches on names.
+parse a spec from the command line, how to load its drafter and build its
+proposer through the proposer registry, and which drafter kind its memory
+estimate needs. Adding a method is one entry in ``METHODS``; nothing branches
+on names.
 
-Does not know: how cells are timed (``runner.py``).
+Does not know: timing, HTTP, or memory arithmetic (``bench/memory.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speculab.models.config import ModelConfig
-
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
 DEFAULT_EAGLE = ASSETS / "smollm2-135m-eagle"
 
@@ -30,8 +34,9 @@ class MethodSpec:
 
     @property
     def label(self) -> str:
-        """``name(values)``, and ``@folder`` when the drafter is not the default one."""
-        shown = [str(v) for k, v in self.params.items() if k not in ("draft", "eagle") and v is not None]
+        """``name(key=value,...)``, and ``@folder`` when the drafter is not the default one: two different
+        settings never share a label."""
+        shown = [f"{k}={v}" for k, v in self.params.items() if k not in ("draft", "eagle") and v is not None]
         label = f"{self.name}({','.join(shown)})" if shown else self.name
         key = METHODS[self.name].drafter if self.name in METHODS else None
         if key and self.params.get(key) not in (None, METHODS[self.name].defaults.get(key)):
@@ -68,7 +73,7 @@ def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
 def _draft_options(p: dict, loaded) -> dict:
     folder = _existing(p["draft"], "draft")
     return {"model": load_draft_model(folder, loaded), "num_speculative_tokens": p["num_speculative_tokens"],
-            **reduced_vocabulary(folder, loaded, _draft_vocab_size("draft", p, folder))}
+            **reduced_vocabulary(folder, loaded, draft_vocab_size("draft", p, folder))}
 
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
@@ -81,12 +86,12 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         head = loader(folder, loaded.model)
         options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
                    "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
-        return options | reduced_vocabulary(folder, loaded, _draft_vocab_size(loader_name, p, folder))
+        return options | reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
 
     return build
 
 
-def _draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
+def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
     """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where
     the drafter ships a token ranking and the whole vocabulary (None) elsewhere."""
     from speculab.models.eagle_head import RANKING_FILE
@@ -108,7 +113,7 @@ def _existing(path: str | Path, key: str) -> Path:
 # draft_vocab=auto, tokens kept: an EAGLE head's 4,096 cover 94% of the workload's baseline output tokens
 # (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%).
 AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
-LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (spec/limit.py)
+LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (speculative/limit.py)
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
@@ -127,6 +132,7 @@ METHODS: dict[str, Method] = {
 
 
 OPTIONAL = {"batch_budget", "draft_vocab", LIMIT}  # parameters that ``none`` turns off
+PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming a drafter folder
 
 
 def _value(text: str, default: Any, key: str = "") -> Any:
@@ -134,6 +140,8 @@ def _value(text: str, default: Any, key: str = "") -> Any:
         return None
     if key == "draft_vocab":
         return "auto" if text == "auto" else int(text)
+    if key in PATHS:
+        return text
     if default is None:
         return int(text)
     if isinstance(default, bool):
@@ -173,30 +181,19 @@ def proposer_options(spec: MethodSpec, loaded) -> dict:
 
 def new_proposer(spec: MethodSpec, options: dict):
     """A fresh proposer for one run, limited to small batches when the spec says so."""
-    from speculab.spec.limit import SpeculationLimit
-    from speculab.spec.proposer import make_proposer
+    from speculab.speculative.limit import SpeculationLimit
+    from speculab.speculative.proposer import make_proposer
 
     proposer = make_proposer(spec.name, **options)
     limit = spec.params.get(LIMIT)
     return proposer if limit is None else SpeculationLimit(proposer, limit)
 
 
+def drafter_key(spec: MethodSpec) -> str | None:
+    """The parameter naming the spec's drafter folder (``draft`` or ``eagle``), None without a drafter."""
+    return METHODS[spec.name].drafter
+
+
 def drafter_path(spec: MethodSpec) -> Path | None:
-    key = METHODS[spec.name].drafter
+    key = drafter_key(spec)
     return Path(spec.params[key]) if key else None
-
-
-def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
-    from speculab.bench.memory import estimate
-    from speculab.models.eagle_head import read_head_config
-
-    kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
-    drafter_cfg, options = None, {}
-    if kind == "draft":
-        drafter_cfg = ModelConfig.from_file(path / "config.json")
-    elif kind in ("eagle", "eagle3"):
-        raw, drafter_cfg, _ = read_head_config(path)
-        options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-    if kind in AUTO_DRAFT_VOCAB and (size := _draft_vocab_size(kind, spec.params, path)) is not None:
-        options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
-    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

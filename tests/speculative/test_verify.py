@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from speculab.spec.tree import Draft, VerifyTree
-from speculab.spec.verify import verify_greedy, verify_sampled
+from speculab.speculative.tree import Draft, VerifyTree
+from speculab.speculative.verify import verify_greedy, verify_sampled
 
 V = 6
 
