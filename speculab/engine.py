@@ -46,9 +46,10 @@ class Request:
     stop_ids: frozenset[int]
     output_ids: list[int] = field(default_factory=list)
     slot: int | None = None
-    finish_reason: str | None = None  # "stop" | "length"
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
     generator: torch.Generator | None = None
     arrival_time: float = field(default_factory=time.perf_counter)
+    admitted_time: float | None = None  # when it entered a slot (its prefill began)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
     stats: SpecStats = field(default_factory=SpecStats)
 
@@ -127,8 +128,9 @@ class Engine:
         self.prompt_cache = prompt_cache
 
     # -- requests -----------------------------------------------------------------
-    def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Request:
-        params = params or SamplingParams()
+    def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError if the request cannot run here; reads nothing that a step changes, so a
+        server may call it from another thread before handing the request to the engine's."""
         if not prompt_ids:
             raise ValueError("a prompt needs at least one token")
         vocab = self.model.config.vocab_size
@@ -141,10 +143,25 @@ class Engine:
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) + draft headroom ({headroom}) "
                 f"exceeds the engine's max_seq_len of {self.max_seq_len}"
             )
+
+    def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Request:
+        params = params or SamplingParams()
+        self.check_request(prompt_ids, params)
         stop = frozenset() if params.ignore_eos else (params.stop_token_ids if params.stop_token_ids is not None else self.default_stop_ids)
         request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator())
         self.waiting.append(request)
         return request
+
+    def abort(self, request: Request) -> None:
+        """Stop a request now (a client went away, a stop string matched): it leaves the queue, or its slot
+        is freed at once for the next waiting request. Finished requests are left as they are."""
+        if request.finished:
+            return
+        request.finish_reason = "abort"
+        if request in self.waiting:
+            self.waiting.remove(request)
+        elif request.slot is not None:
+            self._release_finished()
 
     @property
     def has_work(self) -> bool:
@@ -160,6 +177,7 @@ class Engine:
         return events
 
     def _prefill(self, request: Request) -> TokenEvent:
+        request.admitted_time = time.perf_counter()
         slot = len(self.running)
         request.slot = slot
         self.running.append(request)

@@ -22,3 +22,6 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(skip)
+
+
+from tests.servers import eagle_server, one_slot_server  # noqa: E402,F401  (fixtures: real `speculab serve` processes)

@@ -19,8 +19,19 @@ def add_bench_parsers(sub) -> None:
     profile.add_argument("--full", dest="profile", action="store_const", const="full",
                          help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)")
     b.set_defaults(profile="quick")
-    b.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS),
-                   help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4")
+    b.add_argument("--methods", nargs="+", default=None,
+                   help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4 "
+                        f"(default: {' '.join(DEFAULT_METHODS)}; none when --endpoint is given)")
+    b.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="an OpenAI-compatible server to measure with the same workload (repeatable; e.g. "
+                        "http://127.0.0.1:8000); B streaming requests in flight for batch size B")
+    b.add_argument("--baseline-endpoint", default=None, metavar="URL",
+                   help="a server decoding plainly: the baseline its engine's other endpoints are compared with")
+    b.add_argument("--label", action="append", default=[],
+                   help="a name for each --endpoint, in order (default: engine:method@host)")
+    b.add_argument("--api-key", default=None, help="Bearer key for the endpoints")
+    b.add_argument("--served-model", default=None, help="the model name to request (default: the first in /v1/models)")
+    b.add_argument("--request-timeout", type=float, default=600.0, help="seconds one HTTP request may take")
     b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
     b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
@@ -58,13 +69,32 @@ def config_from_args(args: argparse.Namespace):
         "prompt_cache": profile["prompt_cache"] if args.prompt_cache is None else args.prompt_cache,
     }
     custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
-    methods = tuple(parse_method(m) for m in args.methods)
+    names = args.methods if args.methods is not None else [] if (args.endpoint or args.baseline_endpoint) else DEFAULT_METHODS
+    methods = tuple(parse_method(m) for m in names)
+    endpoints = _endpoints(args)
+    if not methods and not endpoints:
+        raise ValueError("nothing to measure: give --methods or --endpoint")
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
     return BenchConfig(methods=methods, batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, seed=args.seed,
                        workload=args.workload, profile=args.profile + ("+custom" if custom else ""), dtype=args.dtype,
-                       model=args.model, **chosen)
+                       model=args.model, endpoints=endpoints, request_timeout=args.request_timeout, **chosen)
+
+
+def _endpoints(args: argparse.Namespace) -> tuple:
+    from speculab.bench.endpoint import Endpoint
+
+    if len(args.label) > len(args.endpoint):
+        raise ValueError(f"{len(args.label)} --label for {len(args.endpoint)} --endpoint")
+    for url in [*args.endpoint, *([args.baseline_endpoint] if args.baseline_endpoint else [])]:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--endpoint {url}: give a URL such as http://127.0.0.1:8000")
+    labels = args.label + [None] * (len(args.endpoint) - len(args.label))
+    found = [Endpoint(url, label, args.api_key, args.served_model) for url, label in zip(args.endpoint, labels)]
+    if args.baseline_endpoint:
+        found.insert(0, Endpoint(args.baseline_endpoint, None, args.api_key, args.served_model, baseline=True))
+    return tuple(found)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

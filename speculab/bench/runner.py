@@ -53,10 +53,14 @@ class BenchConfig:
     dtype: str | None = None
     model: str | None = None
     prompt_cache: bool = True
+    endpoints: tuple = ()  # speculab.bench.endpoint.Endpoint, measured beside the in-process methods
+    request_timeout: float = 600.0  # seconds, per HTTP request
 
     def record(self) -> dict:
         d = asdict(self)
         d["methods"] = [m.label for m in self.methods]
+        d["endpoints"] = [{"url": e.root, "label": e.label, "served_model": e.served_model, "baseline": e.baseline}
+                          for e in self.endpoints]  # never the API key
         d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
         return d
 
@@ -219,20 +223,35 @@ def _prepare(cfg: BenchConfig):
     return loaded, items, prompts
 
 
-def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool) -> dict:
-    dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
-    budget = machine_memory_budget()
-    memory, drafters = {}, {}
-    for spec in cfg.methods:
-        memory[spec.label] = method_estimate(spec, loaded.model.config, dtype_bytes, budget)
-        if (path := drafter_path(spec)) is not None:
-            drafters[spec.label] = model_record(path)
+def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool, endpoints: dict) -> dict:
+    memory, drafters, models = {}, {}, {}
+    if loaded is not None:
+        dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
+        budget = machine_memory_budget()
+        for spec in cfg.methods:
+            memory[spec.label] = method_estimate(spec, loaded.model.config, dtype_bytes, budget)
+            if (path := drafter_path(spec)) is not None:
+                drafters[spec.label] = model_record(path)
+        models = {"target": model_record(loaded.path), "drafters": drafters}
     return {"kind": "run", "run_id": run_id, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-            "resumed": resumed, "config": cfg.record() | {"dtype": loaded.dtype},
-            "testbed": testbed(), "models": {"target": model_record(loaded.path), "drafters": drafters}, "memory": memory}
+            "resumed": resumed, "config": cfg.record() | {"dtype": loaded.dtype if loaded is not None else None},
+            "testbed": testbed(), "models": models, "memory": memory,
+            "endpoints": {info.label: asdict(info) | {"url": ep.root} for ep, info in endpoints.items()}}
+
+
+def _previous_references(previous: list[dict], run_id: str, target: Target | None, texts: dict) -> None:
+    """A resumed run still checks greedy identity against the baselines it measured."""
+    for r in previous:
+        if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("method") == "baseline":
+            if "outputs" in r and target is not None:
+                target.baseline_outputs[r["batch_size"]] = r["outputs"]
+            if "output_texts" in r:
+                texts[(r.get("engine"), r["batch_size"])] = r["output_texts"]
 
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
+    from speculab.bench.endpoint import measure_endpoint_cell, probe_all
+
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
     previous = results.read()
@@ -243,26 +262,40 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
     results.truncate_partial_line()
 
-    loaded, items, prompts = _prepare(cfg)
-    results.append(_run_record(cfg, run_id, loaded, resumed=bool(done)))
-    target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
-    for r in previous:  # a resumed run still checks greedy identity against the baseline it measured
-        if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("method") == "baseline" and "outputs" in r:
-            target.baseline_outputs[r["batch_size"]] = r["outputs"]
+    endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
+    loaded, items, prompts = _prepare(cfg) if cfg.methods else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
+    results.append(_run_record(cfg, run_id, loaded, bool(done), endpoints))
+    target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None) if loaded is not None else None
+    texts: dict[tuple, list[str]] = {}  # (engine, batch size) -> its baseline endpoint's outputs
+    _previous_references(previous, run_id, target, texts)
     specs = sorted(cfg.methods, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
+    served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
     # batch-major: the cells compared with each other run minutes apart at most, so a shared machine's
     # drift in speed biases a speedup less than a method-major order (all of one method, then the next)
-    todo = [(s, b) for b in cfg.batch_sizes for s in specs if (s.label, b) not in done]
+    todo = [(s, b) for b in cfg.batch_sizes for s in [*specs, *served] if (_label(s), b) not in done]
     # each method's drafter is loaded once, for the warm-up and every cell
     options_of = {s.label: proposer_options(s, loaded) for s in specs}
-    _warm_up(target, specs, options_of, progress)
-    planned = len(todo) * len(prompts) * cfg.max_tokens * cfg.repeats
+    if target is not None:
+        _warm_up(target, specs, options_of, progress)
+    planned = len(todo) * len(items) * cfg.max_tokens * cfg.repeats
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
-        for spec, batch_size in todo:
-            bar.set_postfix_str(f"{spec.label} b{batch_size}")
-            cell = measure_cell(target, spec, options_of[spec.label], batch_size, cfg, bar)
+        for what, batch_size in todo:
+            bar.set_postfix_str(f"{_label(what)} b{batch_size}")
+            if isinstance(what, MethodSpec):
+                cell = measure_cell(target, what, options_of[what.label], batch_size, cfg, bar) | {"transport": "in-process",
+                                                                                                  "engine": "speculab"}
+            else:
+                endpoint, info = what
+                reference = texts.get((info.engine, batch_size))
+                cell = measure_endpoint_cell(endpoint, info, items, batch_size, cfg, reference, bar)
+                if info.method == "baseline":
+                    texts[(info.engine, batch_size)] = cell["output_texts"]
             results.append({"run_id": run_id, **cell})
     return results.path
+
+
+def _label(what) -> str:
+    return what.label if isinstance(what, MethodSpec) else what[1].label
 
 
 def _warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:

@@ -1,0 +1,72 @@
+"""``speculab serve``: the engine behind an OpenAI-compatible HTTP server (uvicorn).
+
+Knows: the command's flags (vLLM's names where vLLM has one: ``--served-model-name``,
+``--max-model-len``, ``--api-key``), loading the model and the method's drafter
+(``speculab.methods``, the same specs as ``generate`` and ``bench``), and that the
+server binds 127.0.0.1 unless told otherwise. Does not know: the routes (``app.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+
+def add_serve_parser(sub) -> None:
+    from speculab.runtime import DTYPES
+
+    s = sub.add_parser("serve", help="serve the engine over OpenAI-compatible HTTP (vLLM's metric names)")
+    s.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
+    s.add_argument("--method", default="baseline",
+                   help="name[:key=value,...] as in `speculab bench`, e.g. eagle or ngram:num_speculative_tokens=3")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-batch", type=int, default=16, help="requests decoded together (engine slots)")
+    s.add_argument("--max-queue", type=int, default=64, help="requests that may wait for a slot; more are answered 429")
+    s.add_argument("--max-model-len", type=int, default=4096, help="context per request: prompt + output tokens")
+    s.add_argument("--api-key", default=os.environ.get("SPECULAB_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECULAB_API_KEY, else no key)")
+    s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
+    s.add_argument("--dtype", choices=list(DTYPES), default=None)
+    s.add_argument("--device", default=None)
+    s.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    s.set_defaults(func=cmd_serve)
+
+
+def build_server(args: argparse.Namespace):
+    """The FastAPI app for these arguments, its model and drafter loaded."""
+    import speculab
+    from speculab import runtime
+    from speculab.engine import Engine
+    from speculab.methods import METHODS, drafter_key, new_proposer, parse_method, proposer_options
+    from speculab.serve.app import ServeInfo, build_app
+    from speculab.serve.metrics import ServerMetrics
+    from speculab.serve.worker import EngineWorker
+
+    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2:
+        raise ValueError("--max-batch must be >= 1, --max-queue >= 0 and --max-model-len >= 2")
+    spec = parse_method(args.method)
+    key = drafter_key(spec)
+    if key and args.model is not None and spec.params[key] == METHODS[spec.name].defaults.get(key):
+        raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
+    loaded = runtime.load(args.model, args.dtype, args.device)
+    engine = Engine(loaded.model, args.max_batch, args.max_model_len, loaded.tokenizer.stop_ids,
+                    new_proposer(spec, proposer_options(spec, loaded)))
+    name = args.served_model_name or loaded.path.name
+    metrics = ServerMetrics(name)
+    info = ServeInfo(model_name=name, model_path=str(loaded.path), method=spec.name, label=spec.label, dtype=loaded.dtype,
+                     max_model_len=engine.max_seq_len, version=speculab.__version__,
+                     command=shlex.join(["speculab", *getattr(args, "argv", [])]))
+    worker = EngineWorker(engine, metrics, args.max_queue)
+    return build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key), info
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    app, info = build_server(args)
+    print(f"speculab serve: {info.model_name} ({info.label}, {info.dtype}) on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0

@@ -1,0 +1,179 @@
+"""The engine's own thread: continuous batching behind an asyncio server.
+
+Knows: the engine is not thread-safe, so one thread owns it and runs
+``step()`` while there is work; the event loop hands it requests and aborts
+through a command queue and gets each step's tokens back through
+``call_soon_threadsafe``. A request joins the running batch at the next step
+(its prefill) and leaves when it stops; at most ``max_batch`` run and at most
+``max_queue`` wait, and a request past that is refused (:class:`QueueFull`)
+before it reaches the engine. A step that raises fails the requests it was
+running, and the thread goes on serving the next ones.
+
+Does not know: HTTP or text (it deals in token ids); metrics only through
+:class:`ServerMetrics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from speculab.engine import Engine, Request
+from speculab.sampling import SamplingParams
+from speculab.serve.metrics import ServerMetrics, stats_since
+from speculab.speculative.stats import SpecStats
+
+log = logging.getLogger("speculab.serve")
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Output:
+    """New tokens of one request from one step; ``finish_reason`` is set on its last output."""
+
+    token_ids: list[int]
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Handle:
+    """One request as the event loop sees it."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    outputs: asyncio.Queue = field(default_factory=asyncio.Queue)
+    arrival_time: float = field(default_factory=time.perf_counter)
+    request: Request | None = None  # set by the engine thread when it takes the request
+    finished: bool = False
+    _seen: SpecStats = field(default_factory=SpecStats)  # the stats already counted in the metrics
+    _last_token_time: float | None = None
+
+    @property
+    def stats(self) -> SpecStats:
+        return self.request.stats if self.request is not None else SpecStats()
+
+
+class EngineWorker:
+    def __init__(self, engine: Engine, metrics: ServerMetrics, max_queue: int):
+        self.engine, self.metrics, self.max_queue = engine, metrics, max_queue
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = False
+        self._in_system = 0  # submitted and not finished; changed on the event loop only
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="speculab-engine", daemon=True)
+        self._by_request: dict[int, Handle] = {}
+
+    # -- the event loop's side -------------------------------------------------------------
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+
+    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Handle:
+        """Queue a request checked by ``engine.check_request``; QueueFull when every slot and queue place is taken."""
+        if self._in_system >= self.engine.max_batch + self.max_queue:
+            raise QueueFull(f"the server is full: {self.engine.max_batch} requests running and {self.max_queue} waiting "
+                            "(--max-batch, --max-queue); retry later")
+        handle = Handle(list(prompt_ids), params)
+        self._in_system += 1
+        self._commands.put(("add", handle, None))
+        self._wake.set()
+        return handle
+
+    def abort(self, handle: Handle, reason: str = "abort") -> None:
+        """Stop a request (client gone: "abort"; a stop string matched: "stop"); its slot is free at the next step."""
+        if not handle.finished:
+            self._commands.put(("abort", handle, reason))
+            self._wake.set()
+
+    def _deliver(self, handle: Handle, output: Output) -> None:
+        if handle.finished:
+            return
+        if output.finish_reason is not None or output.error is not None:
+            handle.finished = True
+            self._in_system -= 1
+        handle.outputs.put_nowait(output)
+
+    # -- the engine thread ----------------------------------------------------------------------
+    def _send(self, handle: Handle, output: Output) -> None:
+        self._loop.call_soon_threadsafe(self._deliver, handle, output)
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._apply_commands()
+            if not self.engine.has_work:
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                continue
+            try:
+                events = self.engine.step()
+            except Exception as err:  # noqa: BLE001  one bad step must not end the server
+                log.exception("engine step failed; failing the requests it held")
+                self._fail_all(f"internal error in the engine step: {type(err).__name__}: {err}")
+                continue
+            now = time.perf_counter()
+            for event in events:
+                self._on_event(self._by_request[event.request.id], event.token_ids, event.request, now)
+            self._set_gauges()
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                kind, handle, reason = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add":
+                handle.request = self.engine.add_request(handle.prompt_ids, handle.params)
+                self._by_request[handle.request.id] = handle
+            elif handle.request is not None and not handle.request.finished:
+                self.engine.abort(handle.request)
+                self._finish(handle, reason, time.perf_counter())
+            self._set_gauges()
+
+    def _on_event(self, handle: Handle, token_ids: list[int], request: Request, now: float) -> None:
+        m = self.metrics
+        if handle._last_token_time is None:  # the prefill's token
+            m.prompt_tokens.inc(len(request.prompt_ids))
+            m.ttft.observe(now - handle.arrival_time)
+            m.queue.observe((request.admitted_time or now) - handle.arrival_time)
+        elif token_ids:
+            m.itl.observe(now - handle._last_token_time)
+        handle._last_token_time = now
+        m.generation_tokens.inc(len(token_ids))
+        m.add_spec(stats_since(request.stats, handle._seen))
+        handle._seen = copy.deepcopy(request.stats)
+        self._send(handle, Output(list(token_ids)))
+        if request.finished:
+            self._finish(handle, request.finish_reason, now)
+
+    def _finish(self, handle: Handle, reason: str, now: float) -> None:
+        self._by_request.pop(handle.request.id, None)
+        self.metrics.finished(reason)
+        self.metrics.e2e.observe(now - handle.arrival_time)
+        self._send(handle, Output([], finish_reason=reason))
+
+    def _fail_all(self, message: str) -> None:
+        for handle in list(self._by_request.values()):
+            self.engine.abort(handle.request)
+            self._by_request.pop(handle.request.id, None)
+            self.metrics.finished("error")
+            self._send(handle, Output([], error=message))
+        self._set_gauges()
+
+    def _set_gauges(self) -> None:
+        self.metrics.running.set(len(self.engine.running))
+        self.metrics.waiting.set(len(self.engine.waiting))

@@ -1,0 +1,93 @@
+"""The official `openai` client against `speculab serve` (EAGLE, fp32): text equals in-process greedy decoding."""
+
+from __future__ import annotations
+
+import pytest
+
+from speculab.engine import Engine
+from speculab.runtime import load
+from speculab.sampling import SamplingParams
+from tests.servers import MODEL
+
+pytestmark = pytest.mark.slow
+
+openai = pytest.importorskip("openai")
+
+QUESTION = "Write a Python function that checks whether a string is a palindrome."
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    """Plain greedy decoding in this process: what every speculative server response must equal (fp32)."""
+    loaded = load(dtype="float32")
+
+    def generate(prompt_ids: list[int]) -> str:
+        engine = Engine(loaded.model, 1, len(prompt_ids) + MAX_TOKENS + 8, loaded.tokenizer.stop_ids)
+        (request,) = engine.generate([prompt_ids], SamplingParams(max_tokens=MAX_TOKENS))
+        return loaded.tokenizer.decode(request.output_ids), len(request.output_ids)
+
+    return loaded.tokenizer, generate
+
+
+@pytest.fixture(scope="module")
+def client(eagle_server):
+    return openai.OpenAI(base_url=eagle_server.v1, api_key="unused", timeout=120, max_retries=0)
+
+
+def test_models_lists_the_served_model(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_chat_equals_in_process_greedy(client, in_process):
+    tokenizer, generate = in_process
+    expected, n = generate(tokenizer.encode_chat([{"role": "user", "content": QUESTION}]))
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS,
+                                           temperature=0)
+    assert reply.choices[0].message.content == expected
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.usage.completion_tokens == n and reply.choices[0].finish_reason in ("stop", "length")
+    spec = reply.model_extra["metrics"]["speculative_decoding"]
+    assert spec["num_draft_tokens"] > 0 and spec["num_accepted_draft_tokens"] > 0  # the EAGLE head drafted and was right
+
+
+def test_chat_stream_equals_in_process_greedy(client, in_process):
+    tokenizer, generate = in_process
+    expected, n = generate(tokenizer.encode_chat([{"role": "user", "content": QUESTION}]))
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS,
+                                            temperature=0, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected
+    assert chunks[-1].usage.completion_tokens == n and not chunks[-1].choices
+    assert sum(1 for c in chunks if c.choices and c.choices[0].finish_reason) == 1
+
+
+def test_completion_equals_in_process_greedy(client, in_process):
+    tokenizer, generate = in_process
+    prompt = "def quicksort(items):\n"
+    expected, n = generate(tokenizer.encode(prompt))
+    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+    assert reply.choices[0].text == expected and reply.usage.completion_tokens == n
+    stream = client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == expected
+
+
+def test_stop_string_cuts_the_text(client, in_process):
+    tokenizer, generate = in_process
+    prompt = "def quicksort(items):\n"
+    full, _ = generate(tokenizer.encode(prompt))
+    stop = full[10:14]
+    cut = full[: full.index(stop)]
+    for stream in (False, True):
+        reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, stop=[stop], stream=stream)
+        chunks = list(reply) if stream else [reply]
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == cut
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_sampled_requests_run_and_are_seeded(client):
+    def ask():
+        return client.completions.create(model=MODEL, prompt="SELECT", max_tokens=12, temperature=0.8, top_p=0.9, seed=7).choices[0].text
+
+    assert ask() == ask()
