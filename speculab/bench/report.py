@@ -74,8 +74,21 @@ class Results:
     def tok_s(self, label: str, batch: int) -> float | None:
         return (self.cells.get((label, batch)) or {}).get("tok_s")
 
+    def engine_of(self, label: str) -> str:
+        """``engine (transport)``: speculab in-process, or the engine behind an endpoint, over HTTP."""
+        cell = next(c for (lab, _), c in self.cells.items() if lab == label)
+        return f"{cell.get('engine', 'speculab')} ({cell.get('transport', 'in-process')})"
+
+    def is_baseline(self, label: str) -> bool:
+        return self.method(label) == BASELINE_METHOD
+
+    def baseline_of(self, label: str) -> str | None:
+        """The baseline a label's speedup is taken over: its own engine's (same engine and transport), else the run's."""
+        mine = self.engine_of(label)
+        return next((lab for lab in self.labels if self.is_baseline(lab) and self.engine_of(lab) == mine), self.baseline_label)
+
     def speedup(self, label: str, batch: int) -> float | None:
-        base = self.baseline_label
+        base = self.baseline_of(label)
         mine, ref = self.tok_s(label, batch), self.tok_s(base, batch) if base else None
         return mine / ref if mine is not None and ref else None
 
@@ -164,7 +177,7 @@ def best_use(results: Results, label: str) -> str:
     batches = results.batches_of(label)
     fastest = [b for b, ranked in winners(results).items() if ranked and ranked[0][0] == label]
     tail = f"; fastest at batch {_ranges(fastest, results.batch_sizes)}" if fastest else ""
-    if label == results.baseline_label:
+    if results.is_baseline(label):
         return f"reference{tail}"
     speedups = {b: results.speedup(label, b) for b in batches}
     if all(s is None for s in speedups.values()):
@@ -219,7 +232,7 @@ def _tok_x(results: Results, label: str, batch: int) -> str:
     if tok is None:
         return DASH
     speedup = results.speedup(label, batch)
-    return _num(tok) if label == results.baseline_label or speedup is None else f"{_num(tok)} ({_x(speedup)})"
+    return _num(tok) if results.is_baseline(label) or speedup is None else f"{_num(tok)} ({_x(speedup)})"
 
 
 def _nearest(batches: list[int], wanted: int) -> int | None:
@@ -257,6 +270,13 @@ def _testbed_blocks(results: Results) -> list[Block]:
     blocks: list[Block] = [("h", 2, "Testbed"), ("table", Table(["Field", "Value"], rows, "`run.testbed`"))]
     if model_rows:
         blocks.append(("table", Table(["Role", "Model id", "Path", "sha256"], model_rows, "`run.models`")))
+    engines = [[label, results.engine_of(label), str(c.get("engine_version") or tb.get("speculab") or DASH), str(c.get("endpoint") or DASH),
+                 f"`{c['server_command']}`" if c.get("server_command") else DASH]
+                for label in results.labels for c in [_acceptance_cell(results, label)]]
+    if any(e[1] != "speculab (in-process)" for e in engines):
+        blocks.append(("table", Table(["Label", "Engine", "Version", "Endpoint", "Server command"], engines,
+                                      "`cell.engine`, `cell.transport`, `cell.engine_version`, `cell.endpoint`, `cell.server_command`; "
+                                      "each label's speedup is over its own engine's baseline")))
     if cfg_rows:
         blocks.append(("table", Table(["Setting", "Value"], [["run_id", str(run.get("run_id"))], ["started", str(run.get("started"))], *cfg_rows], "`run.config`")))
     return blocks
@@ -286,7 +306,7 @@ def _decision_blocks(results: Results) -> list[Block]:
     for label in results.labels:
         cell = _acceptance_cell(results, label)
         row = [label, _tok_x(results, label, low)] + ([_tok_x(results, label, high)] if high != low else [])
-        is_base = label == results.baseline_label
+        is_base = results.is_baseline(label)
         mem = results.memory(label)
         row += [
             "n/a" if is_base else _pct(cell.get("acceptance_rate")),
@@ -295,7 +315,7 @@ def _decision_blocks(results: Results) -> list[Block]:
             best_use(results, label),
         ]
         rows.append(row)
-    source = ("`cell.tok_s`; speedup = tok_s / baseline tok_s at the same batch size; `cell.acceptance_rate` and "
+    source = ("`cell.tok_s`; speedup = tok_s / its engine's baseline tok_s at the same batch size; `cell.acceptance_rate` and "
               "`cell.tau` of each label's smallest measured batch size; memory: `run.memory[method].drafter_weights_bytes`"
               " and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 and where the label has the highest tok/s")
     return [("h", 2, "Executive decision matrix"), ("table", Table(headers, rows, source)), ("p", ACCEPTANCE_DEFINITION)]
@@ -307,7 +327,7 @@ def _domains(results: Results, key: str) -> list[str]:
 
 
 def _acceptance_blocks(results: Results) -> list[Block]:
-    spec = [lab for lab in results.labels if lab != results.baseline_label]
+    spec = [lab for lab in results.labels if not results.is_baseline(lab)]
     blocks: list[Block] = [("h", 2, "Acceptance by language")]
     for key, overall, fmt, title in (("acceptance_by_domain", "acceptance_rate", _pct, "Acceptance rate"),
                                      ("tau_by_domain", "tau", lambda v: _num(v, 2), "Mean τ")):
@@ -405,7 +425,7 @@ def _recommendation(results: Results) -> str:
         order = ranked[b]
         tok = results.tok_s(label, b)
         parts = [f"{_num(tok)} tok/s at batch {b}"]
-        if label != base and results.speedup(label, b) is not None:
+        if not results.is_baseline(label) and results.speedup(label, b) is not None:
             parts.append(f"{_x(results.speedup(label, b))} baseline")
         if len(order) > 1:
             second, second_tok = order[1]
@@ -415,10 +435,10 @@ def _recommendation(results: Results) -> str:
     for label, batches in runs:
         where = _ranges(batches, results.batch_sizes)
         ends = [batches[0]] if len(batches) == 1 else [batches[0], batches[-1]]
-        name = "plain decoding (baseline)" if label == base else label
+        name = f"plain decoding ({label})" if results.is_baseline(label) else label
         sentences.append(f"At batch {where}, {name} is fastest: " + "; ".join(figures(label, b) for b in ends) + ".")
     base_mem = results.memory(base) if base else None
-    for label in dict.fromkeys(lab for lab, _ in runs if lab != base):
+    for label in dict.fromkeys(lab for lab, _ in runs if not results.is_baseline(lab)):
         mem = results.memory(label)
         if not mem:
             sentences.append(f"{label}: no memory estimate recorded.")
@@ -435,7 +455,7 @@ def _recommendation(results: Results) -> str:
         sentences.append(text + ".")
     if not base:
         sentences.append("There is no baseline in these results, so no speedups.")
-    verdict = "; ".join(f"{'no speculation' if lab == base else lab} at batch {_ranges(bs, results.batch_sizes)}" for lab, bs in runs)
+    verdict = "; ".join(f"{'no speculation' if results.is_baseline(lab) else lab} at batch {_ranges(bs, results.batch_sizes)}" for lab, bs in runs)
     if verdict:
         sentences.append(f"Recommendation from these measurements: {verdict}.")
     setting = _one_setting(runs, base)
@@ -463,7 +483,7 @@ def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> str | N
 def _findings_blocks(results: Results) -> list[Block]:
     rows = []
     for label in results.labels:
-        if label == results.baseline_label:
+        if results.is_baseline(label):
             continue
         be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
         rows.append([label, _int(be.last_faster), _int(be.first_slower), _num(be.crossing, 1), _break_even_text(results, label, be)])
@@ -561,7 +581,7 @@ def _plot(results: Results, out_dir: Path) -> dict[str, Path]:
         for label in labels:
             pts = [(b, values(label, b)) for b in results.batches_of(label)]
             pts = [(b, v) for b, v in pts if v is not None]
-            if pts and not (key == "speedup" and label == results.baseline_label):
+            if pts and not (key == "speedup" and results.is_baseline(label)):
                 ax.plot([b for b, _ in pts], [v for _, v in pts], marker="o", label=label, color=_color(labels, label))
         if key == "speedup":
             ax.axhline(1.0, color="grey", linestyle="--", label="baseline = 1")
@@ -576,7 +596,7 @@ def _plot(results: Results, out_dir: Path) -> dict[str, Path]:
         fig.tight_layout()
         paths[key] = out_dir / PLOT_FILES[key]
         fig.savefig(paths[key], format="png")
-    spec = [lab for lab in labels if lab != results.baseline_label]
+    spec = [lab for lab in labels if not results.is_baseline(lab)]
     domains = _domains(results, "acceptance_by_domain")
     if spec:
         fig = Figure(figsize=(7, 4.2), dpi=110)
@@ -626,7 +646,7 @@ def summary(results_path: str | Path) -> dict[str, Any]:
                      "tau": results.cells[(label, b)].get("tau"), "acceptance_rate": results.cells[(label, b)].get("acceptance_rate")}
             for b in results.batches_of(label)
         }
-        if label != results.baseline_label:
+        if not results.is_baseline(label):
             be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
             breaks[label] = {"last_faster": be.last_faster, "first_slower": be.first_slower, "crossing": be.crossing}
     return {"run_id": (results.run or {}).get("run_id"), "baseline": results.baseline_label, "cells": cells, "break_even": breaks}
