@@ -118,14 +118,17 @@ class RequestResult:
     spec: ResponseSpec | None = None
     start: float = 0.0
     end: float = 0.0
+    queued: float = 0.0  # waiting in the client for one of the batch size's places
 
 
 async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo, item: WorkloadItem, body: dict,
                gate: asyncio.Semaphore, timeout: float) -> RequestResult:
     """One streaming chat request; a failure is recorded in the result, never raised."""
     result = RequestResult(item.domain)
+    created = time.perf_counter()
     async with gate:  # TTFT counts from here: the request is sent into a free place, not queued in the client
         result.start = last = time.perf_counter()
+        result.queued = result.start - created
         chunks, final = [], {}
         try:
             async with asyncio.timeout(timeout), aconnect_sse(client, "POST", f"{endpoint.root}/v1/chat/completions",
@@ -213,7 +216,7 @@ def cell_figures(results: list[RequestResult], wall: float, counters: SpecCounte
     }
     per_request = [(r.output_tokens - 1) / (r.e2el - r.ttft) for r in done if r.ttft is not None and r.output_tokens > 1 and r.e2el > r.ttft]
     figures |= {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
+    for name, values in (("ttft", ttft), ("queue", [r.queued for r in done]), ("tpot", tpot), ("itl", itl)):
         ordered = sorted(values)
         figures[f"{name}_p50_s"] = statistics.median(ordered) if ordered else None
         figures[f"{name}_p99_s"] = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] if ordered else None

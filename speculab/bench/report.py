@@ -351,11 +351,11 @@ def _speed_blocks(results: Results) -> list[Block]:
         gi = c.get("greedy_identical")
         detail.append([lab, str(b), _int(c.get("num_prompts")), _int(c.get("repeats")), _int(c.get("output_tokens")), _num(c.get("wall_s"), 2),
                        _num(c.get("tok_s")), _num(c.get("tok_s_per_request"), 2), _ms(c.get("ttft_p50_s")), _ms(c.get("ttft_p99_s")),
-                       _ms(c.get("tpot_p50_s")), _ms(c.get("tpot_p99_s")), _ms(c.get("itl_p50_s")), _ms(c.get("itl_p99_s")),
+                       _ms(c.get("queue_p50_s")), _ms(c.get("tpot_p50_s")), _ms(c.get("tpot_p99_s")), _ms(c.get("itl_p50_s")), _ms(c.get("itl_p99_s")),
                        _num(c.get("tau"), 2), _pct(c.get("acceptance_rate")), _bytes(c.get("peak_rss_bytes")),
                        DASH if gi is None else ("yes" if gi else "NO"), _pct(c.get("agreement"))])
     detail_headers = ["label", "batch", "prompts", "repeats", "output tokens", "wall s", "tok/s", "tok/s/request", "TTFT p50 ms", "TTFT p99 ms",
-                      "TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "τ", "acceptance", "peak RSS", "greedy identical", "agreement"]
+                      "queue p50 ms", "TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "τ", "acceptance", "peak RSS", "greedy identical", "agreement"]
     return [
         ("h", 2, "Speed vs concurrency"),
         ("table", Table(["batch", *labels], rows, "`cell.tok_s` (output tok/s, median over repeats); in brackets tok_s / baseline tok_s at that batch size")),
