@@ -11,8 +11,6 @@ and the wall time per token of the whole exchange. Medians of ``--repeats`` with
 The last stdout line is one JSON document.
 """
 
-from __future__ import annotations
-
 import argparse
 import asyncio
 import json
@@ -22,12 +20,11 @@ import statistics
 import time
 
 import httpx
+from fastapi import FastAPI, Request
+from sse_starlette import EventSourceResponse
 
 
-def canned_app():
-    from fastapi import FastAPI, Request
-    from sse_starlette import EventSourceResponse
-
+def canned_app() -> FastAPI:
     app = FastAPI()
 
     @app.get("/v1/models")

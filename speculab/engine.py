@@ -111,6 +111,7 @@ class Engine:
         stop_ids: frozenset[int] = frozenset(),
         proposer: Proposer | None = None,
         prompt_cache: PromptCache | None = None,
+        prefills_per_step: int | None = None,
     ):
         if not 1 <= max_batch:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -126,6 +127,9 @@ class Engine:
         self._ids = itertools.count()
         self.device = model.norm.weight.device
         self.prompt_cache = prompt_cache
+        # None: a step admits every waiting request that fits (a benchmark's batch starts full). A server sets 1, so
+        # a running batch and the first arrivals get their tokens after one prefill, not after all of them.
+        self.prefills_per_step = prefills_per_step
 
     # -- requests -----------------------------------------------------------------
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -171,8 +175,10 @@ class Engine:
     def step(self) -> list[TokenEvent]:
         """Admit waiting requests into free slots (prefill), then decode one token for the others."""
         events = self._decode_running() if self.running else []
-        while self.waiting and len(self.running) < self.max_batch:
+        admitted = 0
+        while self.waiting and len(self.running) < self.max_batch and admitted < (self.prefills_per_step or self.max_batch):
             events.append(self._prefill(self.waiting.popleft()))
+            admitted += 1
         self._release_finished()
         return events
 

@@ -93,10 +93,13 @@ def spec_metrics(stats: SpecStats) -> dict:
     }}
 
 
-def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: ServeInfo, api_key: str | None = None) -> FastAPI:
+def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: ServeInfo, api_key: str | None = None,
+              engine_thread: bool = True) -> FastAPI:
+    """``engine_thread=False``: the caller runs ``worker.run()`` itself (``speculab serve`` does, in the main thread)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        worker.start()
+        worker.start(own_thread=engine_thread)
         yield
         worker.stop()
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
+import threading
 
 
 def add_serve_parser(sub) -> None:
@@ -26,6 +28,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-batch", type=int, default=16, help="requests decoded together (engine slots)")
     s.add_argument("--max-queue", type=int, default=64, help="requests that may wait for a slot; more are answered 429")
     s.add_argument("--max-model-len", type=int, default=4096, help="context per request: prompt + output tokens")
+    s.add_argument("--prefills-per-step", type=int, default=0,
+                   help="prompts admitted per engine step; 0 (the default, as `speculab bench`): every waiting one that "
+                        "fits, the most throughput; 1: running requests and early arrivals wait for one prefill, not all")
     s.add_argument("--api-key", default=os.environ.get("SPECULAB_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECULAB_API_KEY, else no key)")
     s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
@@ -36,7 +41,7 @@ def add_serve_parser(sub) -> None:
 
 
 def build_server(args: argparse.Namespace):
-    """The FastAPI app for these arguments, its model and drafter loaded."""
+    """The FastAPI app for these arguments, its model and drafter loaded; (app, info, worker)."""
     import speculab
     from speculab import runtime
     from speculab.engine import Engine
@@ -45,28 +50,40 @@ def build_server(args: argparse.Namespace):
     from speculab.serve.metrics import ServerMetrics
     from speculab.serve.worker import EngineWorker
 
-    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2:
-        raise ValueError("--max-batch must be >= 1, --max-queue >= 0 and --max-model-len >= 2")
+    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2 or args.prefills_per_step < 0:
+        raise ValueError("--max-batch must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2")
     spec = parse_method(args.method)
     key = drafter_key(spec)
     if key and args.model is not None and spec.params[key] == METHODS[spec.name].defaults.get(key):
         raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
     loaded = runtime.load(args.model, args.dtype, args.device)
     engine = Engine(loaded.model, args.max_batch, args.max_model_len, loaded.tokenizer.stop_ids,
-                    new_proposer(spec, proposer_options(spec, loaded)))
+                    new_proposer(spec, proposer_options(spec, loaded)), prefills_per_step=args.prefills_per_step or None)
     name = args.served_model_name or loaded.path.name
     metrics = ServerMetrics(name)
     info = ServeInfo(model_name=name, model_path=str(loaded.path), method=spec.name, label=spec.label, dtype=loaded.dtype,
                      max_model_len=engine.max_seq_len, version=speculab.__version__,
                      command=shlex.join(["speculab", *getattr(args, "argv", [])]))
     worker = EngineWorker(engine, metrics, args.max_queue)
-    return build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key), info
+    app = build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key, engine_thread=False)
+    return app, info, worker
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    app, info = build_server(args)
+    app, info, worker = build_server(args)
+    # HTTP in a thread of its own; the engine in this (main) thread, where torch's OpenMP team already lives
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5))
+    http = threading.Thread(target=server.run, name="speculab-http", daemon=True)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    http.start()
     print(f"speculab serve: {info.model_name} ({info.label}, {info.dtype}) on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
-    return 0
+    try:
+        worker.run(should_stop=lambda: server.should_exit or not http.is_alive())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.should_exit = True
+        http.join(timeout=15)
+    return 0 if server.started else 1

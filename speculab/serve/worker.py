@@ -1,7 +1,7 @@
 """The engine's own thread: continuous batching behind an asyncio server.
 
 Knows: the engine is not thread-safe, so one thread owns it and runs
-``step()`` while there is work; the event loop hands it requests and aborts
+``step()`` while there is work (its own, or the caller's through ``run``); the event loop hands it requests and aborts
 through a command queue and gets each step's tokens back through
 ``call_soon_threadsafe``. A request joins the running batch at the next step
 (its prefill) and leaves when it stops; at most ``max_batch`` run and at most
@@ -71,17 +71,33 @@ class EngineWorker:
         self._in_system = 0  # submitted and not finished; changed on the event loop only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="speculab-engine", daemon=True)
+        self._ready = threading.Event()  # set once the event loop is known
         self._by_request: dict[int, Handle] = {}
+        self._outbox: list[tuple[Handle, Output]] = []  # outputs of the current step, engine thread only
 
     # -- the event loop's side -------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, own_thread: bool = True) -> None:
+        """Called on the event loop. ``own_thread=False``: the caller runs :meth:`run` in a thread of its own choosing
+        (``speculab serve`` uses the main thread, where the model was loaded: a second thread computing with torch
+        gets a second OpenMP team, which on a small CPU competes with the first for the cores)."""
         self._loop = asyncio.get_running_loop()
-        self._thread.start()
+        self._ready.set()
+        if own_thread:
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop = True
         self._wake.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def run(self, should_stop=lambda: False) -> None:
+        """The engine loop in the calling thread, once the event loop has called :meth:`start`, until :meth:`stop`
+        or ``should_stop()``."""
+        while not self._ready.wait(timeout=0.5):
+            if should_stop():
+                return
+        self._run(should_stop)
 
     def submit(self, prompt_ids: list[int], params: SamplingParams) -> Handle:
         """Queue a request checked by ``engine.check_request``; QueueFull when every slot and queue place is taken."""
@@ -110,13 +126,25 @@ class EngineWorker:
 
     # -- the engine thread ----------------------------------------------------------------------
     def _send(self, handle: Handle, output: Output) -> None:
-        self._loop.call_soon_threadsafe(self._deliver, handle, output)
+        self._outbox.append((handle, output))
 
-    def _run(self) -> None:
-        while not self._stop:
+    def _flush(self) -> None:
+        """Hand a step's outputs to the event loop in one wake-up: on a small CPU, every wake-up of the server's
+        other thread takes a core from the engine's compute threads."""
+        if self._outbox:
+            batch, self._outbox = self._outbox, []
+            self._loop.call_soon_threadsafe(self._deliver_all, batch)
+
+    def _deliver_all(self, batch: list[tuple[Handle, Output]]) -> None:
+        for handle, output in batch:
+            self._deliver(handle, output)
+
+    def _run(self, should_stop=lambda: False) -> None:
+        while not self._stop and not should_stop():
             self._apply_commands()
+            self._flush()
             if not self.engine.has_work:
-                self._wake.wait(timeout=1.0)
+                self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
             try:
@@ -124,11 +152,13 @@ class EngineWorker:
             except Exception as err:  # noqa: BLE001  one bad step must not end the server
                 log.exception("engine step failed; failing the requests it held")
                 self._fail_all(f"internal error in the engine step: {type(err).__name__}: {err}")
+                self._flush()
                 continue
             now = time.perf_counter()
             for event in events:
                 self._on_event(self._by_request[event.request.id], event.token_ids, event.request, now)
             self._set_gauges()
+            self._flush()
 
     def _apply_commands(self) -> None:
         while True:
