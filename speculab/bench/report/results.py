@@ -1,0 +1,130 @@
+"""Reading results.jsonl: the records that count, by label and batch size.
+
+Knows: the two record kinds. ``run`` (run_id, started, config, testbed, models, memory: {method:
+speculab.bench.memory.estimate dict}, endpoints); a resumed run appends another with the same run_id,
+and the last one counts. ``cell`` (one label at one batch size: tok_s, latency percentiles, tau,
+acceptance figures, engine and transport, ...); only cells of the last run's run_id count, and a
+repeated (label, batch_size) counts its last record. Unknown kinds and fields are ignored; lines that
+are not JSON (a truncated last line) are skipped and listed. A label's speedup is its tok_s over its
+own engine's baseline at the same batch size.
+
+Does not know: how cells were measured, or how anything is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASELINE_METHOD = "baseline"
+DOMAIN_ORDER = ("python", "typescript", "sql")
+ACCEPTANCE_DEFINITION = (
+    "acceptance rate = accepted draft tokens / drafted depth (draft tokens along the verified path; "
+    "speculab.speculative.stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
+    "figures under other definitions (SGLang's accept length over tree nodes) are not comparable."
+)
+
+
+# ---------------------------------------------------------------- reading results.jsonl
+
+
+@dataclass
+class Results:
+    run: dict[str, Any] | None
+    cells: dict[tuple[str, int], dict[str, Any]]  # (label, batch_size) -> the last cell record
+    skipped_lines: list[int] = field(default_factory=list)  # 1-based numbers of lines that were not JSON objects
+
+    @property
+    def labels(self) -> list[str]:
+        """Labels in report order: baselines first, then by the run's method order, then by first appearance."""
+        methods = list((self.run or {}).get("config", {}).get("methods") or [])
+        seen: dict[str, int] = {}
+        for label, _ in self.cells:
+            seen.setdefault(label, len(seen))
+
+        def rank(label: str) -> tuple[int, int, int]:
+            method = self.method(label)
+            in_config = methods.index(method) if method in methods else len(methods)
+            return (method != BASELINE_METHOD, in_config, seen[label])
+
+        return sorted(seen, key=rank)
+
+    def method(self, label: str) -> str:
+        return next(c.get("method", label) for (lab, _), c in self.cells.items() if lab == label)
+
+    @property
+    def baseline_label(self) -> str | None:
+        return next((lab for lab in self.labels if self.method(lab) == BASELINE_METHOD), None)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({b for _, b in self.cells})
+
+    def batches_of(self, label: str) -> list[int]:
+        return sorted(b for lab, b in self.cells if lab == label)
+
+    def tok_s(self, label: str, batch: int) -> float | None:
+        return (self.cells.get((label, batch)) or {}).get("tok_s")
+
+    def engine_of(self, label: str) -> str:
+        """``engine (transport)``: speculab in-process, or the engine behind an endpoint, over HTTP."""
+        cell = next(c for (lab, _), c in self.cells.items() if lab == label)
+        return f"{cell.get('engine', 'speculab')} ({cell.get('transport', 'in-process')})"
+
+    def is_baseline(self, label: str) -> bool:
+        return self.method(label) == BASELINE_METHOD
+
+    def baseline_of(self, label: str) -> str | None:
+        """The baseline a label's speedup is taken over: its own engine's (same engine and transport), else the run's."""
+        mine = self.engine_of(label)
+        return next((lab for lab in self.labels if self.is_baseline(lab) and self.engine_of(lab) == mine), self.baseline_label)
+
+    def speedup(self, label: str, batch: int) -> float | None:
+        base = self.baseline_of(label)
+        mine, ref = self.tok_s(label, batch), self.tok_s(base, batch) if base else None
+        return mine / ref if mine is not None and ref else None
+
+    def memory(self, label: str) -> dict[str, Any] | None:
+        stored = (self.run or {}).get("memory") or {}
+        return stored.get(label) or stored.get(self.method(label))
+
+
+def load_results(results_path: str | Path) -> Results:
+    """The records that count in ``results_path`` (see the module docstring)."""
+    runs: list[dict] = []
+    cells: list[dict] = []
+    skipped: list[int] = []
+    for number, line in enumerate(Path(results_path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            skipped.append(number)
+            continue
+        if not isinstance(record, dict):
+            skipped.append(number)
+        elif record.get("kind") == "run":
+            runs.append(record)
+        elif record.get("kind") == "cell" and "label" in record and "batch_size" in record:
+            cells.append(record)
+    run = runs[-1] if runs else None
+    run_id = run.get("run_id") if run else None
+    chosen: dict[tuple[str, int], dict] = {}
+    for cell in cells:
+        if run_id is None or cell.get("run_id") == run_id:
+            chosen[(cell["label"], int(cell["batch_size"]))] = cell
+    return Results(run, chosen, skipped)
+
+
+def acceptance_cell(results: Results, label: str) -> dict[str, Any]:
+    """Acceptance figures come from the label's cell at its smallest measured batch size."""
+    batches = results.batches_of(label)
+    return results.cells[(label, batches[0])] if batches else {}
+
+
+def domains_of(results: Results, key: str) -> list[str]:
+    found = {d for lab in results.labels for d in (acceptance_cell(results, lab).get(key) or {})}
+    return [d for d in DOMAIN_ORDER if d in found] + sorted(found - set(DOMAIN_ORDER))
