@@ -74,3 +74,23 @@ def test_generate_method_needs_its_checkpoint(tmp_path, capsys):
 def test_compare_eagle_reference_needs_a_head(capsys):
     assert main(["compare", "eagle-reference", "--model", "default"]) == 2
     assert "--eagle PATH" in capsys.readouterr().err
+
+
+def test_generate_method_specs_and_flags_share_bench_defaults(tmp_path, capsys):
+    from speculab.methods import parse_method
+
+    save_tiny_checkpoint(tmp_path)
+    args = ["generate", "--model", str(tmp_path), "--prompt", "w5 w9 w5 w9 w5", "--max-tokens", "5", "--ignore-eos", "--json",
+            "--dtype", "float32", "--method", "ngram:num_speculative_tokens=3", "--prompt-lookup-max", "4"]
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["label"] == parse_method("ngram:num_speculative_tokens=3,prompt_lookup_max=4").label
+    assert result["label"] == "ngram(num_speculative_tokens=3,prompt_lookup_min=2,prompt_lookup_max=4)"
+
+
+def test_generate_refuses_a_flag_the_method_does_not_take(tmp_path, capsys):
+    save_tiny_checkpoint(tmp_path)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--method", "ngram", "--num-steps", "3"]) == 2
+    assert "--num-steps does not apply to --method ngram" in capsys.readouterr().err
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--method", "eagle"]) == 2
+    assert "needs --eagle PATH" in capsys.readouterr().err
