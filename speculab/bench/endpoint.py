@@ -28,6 +28,7 @@ import httpx
 from httpx_sse import aconnect_sse
 from tqdm import tqdm
 
+from speculab.bench.runner import percentile
 from speculab.bench.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
 from speculab.bench.workload import WorkloadItem
 
@@ -173,10 +174,8 @@ def _summary(values: list[float], name: str) -> dict:
     ms = [v * 1000 for v in values]
     if not ms:
         return {f"{k}_{name}_ms": None for k in ("mean", "median", "std", "p99")}
-    ordered = sorted(ms)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return {f"mean_{name}_ms": statistics.fmean(ms), f"median_{name}_ms": statistics.median(ms),
-            f"std_{name}_ms": statistics.pstdev(ms), f"p99_{name}_ms": p99}
+            f"std_{name}_ms": statistics.pstdev(ms), f"p99_{name}_ms": percentile(ms, 0.99)}
 
 
 async def run_requests(endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, bodies: list[dict],
@@ -217,9 +216,8 @@ def cell_figures(results: list[RequestResult], wall: float, counters: SpecCounte
     per_request = [(r.output_tokens - 1) / (r.e2el - r.ttft) for r in done if r.ttft is not None and r.output_tokens > 1 and r.e2el > r.ttft]
     figures |= {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
     for name, values in (("ttft", ttft), ("queue", [r.queued for r in done]), ("tpot", tpot), ("itl", itl)):
-        ordered = sorted(values)
-        figures[f"{name}_p50_s"] = statistics.median(ordered) if ordered else None
-        figures[f"{name}_p99_s"] = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] if ordered else None
+        figures[f"{name}_p50_s"] = percentile(values, 0.5)  # the same definition as the in-process cells'
+        figures[f"{name}_p99_s"] = percentile(values, 0.99)
     return figures | _acceptance(done, counters)
 
 

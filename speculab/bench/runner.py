@@ -108,7 +108,8 @@ def peak_memory() -> int:
 
 
 # -- one cell ---------------------------------------------------------------------------------
-def _percentile(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between the closest ranks (numpy's default); None for no values."""
     if not values:
         return None
     values = sorted(values)
@@ -133,8 +134,8 @@ def _timings(requests: list[Request]) -> dict:
             itl += [b - a for a, b in zip(emissions, emissions[1:])]
     out = {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
     for name, values in (("ttft", ttft), ("queue", queue), ("tpot", tpot), ("itl", itl)):
-        out[f"{name}_p50_s"] = _percentile(values, 0.5)
-        out[f"{name}_p99_s"] = _percentile(values, 0.99)
+        out[f"{name}_p50_s"] = percentile(values, 0.5)
+        out[f"{name}_p99_s"] = percentile(values, 0.99)
     return out
 
 

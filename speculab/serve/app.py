@@ -16,6 +16,7 @@ fields' ranges (``protocol.py``).
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 import uuid
@@ -269,6 +270,4 @@ def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: Ser
 
 
 def _json(obj) -> str:
-    import json
-
     return json.dumps(obj, separators=(",", ":"))
