@@ -61,7 +61,10 @@ def test_generate_speculative_compare_baseline_fp32_is_identical(tmp_path, capsy
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["identical"] is True and result["agreement"] == 1.0
-    assert result["mean_acceptance_length"] >= 1.0 and result["speedup"] > 0
+    stats = result["spec_stats"]  # every output token after the prefill's came from a step: accepted or bonus
+    assert stats["steps"] <= 11 <= stats["steps"] + stats["accepted_tokens"]
+    assert result["mean_acceptance_length"] == pytest.approx((stats["accepted_tokens"] + stats["steps"]) / stats["steps"])
+    assert result["speedup"] == pytest.approx(result["tokens_per_s"] / result["baseline_tokens_per_s"])
     assert result["method"] == method and result["num_tokens"] == 12
 
 
