@@ -34,7 +34,7 @@ METHOD_FLAGS = ("draft", "eagle", "num_steps", "topk", "num_draft_tokens", "draf
 
 def method_spec(args: argparse.Namespace):
     """The spec named by --method (``name[:key=value,...]``, as in ``speculab bench``) with the flags given."""
-    from speculab.methods import METHODS, drafter_key, parse_method
+    from speculab.methods import METHODS, parse_method, shipped_drafter_key
 
     name, _, settings = args.method.partition(":")
     if name not in METHODS:
@@ -44,8 +44,7 @@ def method_spec(args: argparse.Namespace):
         if key not in METHODS[name].defaults:
             raise ValueError(f"--{key.replace('_', '-')} does not apply to --method {name}")
     spec = parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))]))
-    key = drafter_key(spec)
-    if key and args.model is not None and spec.params[key] == METHODS[spec.name].defaults.get(key):
+    if args.model is not None and (key := shipped_drafter_key(spec)):
         raise ValueError(f"--method {spec.name} needs --{key} PATH: the shipped drafters are for the embedded model")
     return spec
 

@@ -194,6 +194,13 @@ def drafter_key(spec: MethodSpec) -> str | None:
     return METHODS[spec.name].drafter
 
 
+def shipped_drafter_key(spec: MethodSpec) -> str | None:
+    """The drafter parameter still at its default (the embedded model's shipped drafter), else None: a command
+    given another target must then be told to pass its own drafter."""
+    key = drafter_key(spec)
+    return key if key and spec.params[key] == METHODS[spec.name].defaults.get(key) else None
+
+
 def drafter_path(spec: MethodSpec) -> Path | None:
     key = drafter_key(spec)
     return Path(spec.params[key]) if key else None

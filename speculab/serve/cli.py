@@ -45,7 +45,7 @@ def build_server(args: argparse.Namespace):
     import speculab
     from speculab import runtime
     from speculab.engine import Engine
-    from speculab.methods import METHODS, drafter_key, new_proposer, parse_method, proposer_options
+    from speculab.methods import new_proposer, parse_method, proposer_options, shipped_drafter_key
     from speculab.serve.app import ServeInfo, build_app
     from speculab.serve.metrics import ServerMetrics
     from speculab.serve.worker import EngineWorker
@@ -53,8 +53,7 @@ def build_server(args: argparse.Namespace):
     if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2 or args.prefills_per_step < 0:
         raise ValueError("--max-batch must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2")
     spec = parse_method(args.method)
-    key = drafter_key(spec)
-    if key and args.model is not None and spec.params[key] == METHODS[spec.name].defaults.get(key):
+    if args.model is not None and (key := shipped_drafter_key(spec)):
         raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
     loaded = runtime.load(args.model, args.dtype, args.device)
     engine = Engine(loaded.model, args.max_batch, args.max_model_len, loaded.tokenizer.stop_ids,

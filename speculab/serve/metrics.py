@@ -82,11 +82,3 @@ class ServerMetrics:
     def finished(self, reason: str) -> None:
         self.success.labels(**self._labels, finished_reason=reason).inc()
 
-
-def stats_since(now: SpecStats, before: SpecStats) -> SpecStats:
-    """What ``now`` counted beyond ``before`` (an earlier copy of the same request's stats)."""
-    n = len(now.accepted_per_position)
-    earlier = before.accepted_per_position + [0] * (n - len(before.accepted_per_position))
-    return SpecStats(now.steps - before.steps, now.drafts - before.drafts, now.draft_tokens - before.draft_tokens,
-                     now.drafted_depth - before.drafted_depth, now.accepted_tokens - before.accepted_tokens,
-                     [a - b for a, b in zip(now.accepted_per_position, earlier)])

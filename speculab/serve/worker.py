@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from speculab.engine import Engine, Request
 from speculab.sampling import SamplingParams
-from speculab.serve.metrics import ServerMetrics, stats_since
+from speculab.serve.metrics import ServerMetrics
 from speculab.speculative.stats import SpecStats
 
 log = logging.getLogger("speculab.serve")
@@ -184,7 +184,7 @@ class EngineWorker:
             m.itl.observe(now - handle._last_token_time)
         handle._last_token_time = now
         m.generation_tokens.inc(len(token_ids))
-        m.add_spec(stats_since(request.stats, handle._seen))
+        m.add_spec(request.stats.since(handle._seen))
         handle._seen = copy.deepcopy(request.stats)
         self._send(handle, Output(list(token_ids)))
         if request.finished:

@@ -48,6 +48,14 @@ class SpecStats:
         b = other.accepted_per_position + [0] * (n - len(other.accepted_per_position))
         self.accepted_per_position = [x + y for x, y in zip(a, b)]
 
+    def since(self, before: SpecStats) -> SpecStats:
+        """What this request's stats counted beyond ``before``, an earlier copy of them (a server's per-step delta)."""
+        n = len(self.accepted_per_position)
+        earlier = before.accepted_per_position + [0] * (n - len(before.accepted_per_position))
+        return SpecStats(self.steps - before.steps, self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
+                         self.drafted_depth - before.drafted_depth, self.accepted_tokens - before.accepted_tokens,
+                         [a - b for a, b in zip(self.accepted_per_position, earlier)])
+
     @property
     def mean_acceptance_length(self) -> float:
         return (self.accepted_tokens + self.steps) / self.steps if self.steps else 0.0
