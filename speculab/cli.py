@@ -7,6 +7,7 @@ stdout line is one JSON object.
 ``speculab fetch``: fetch and convert the embedded default model.
 ``speculab bench`` / ``speculab report``: the benchmark matrix and its report (``speculab.bench``).
 ``speculab serve``: the engine behind an OpenAI-compatible HTTP server (``speculab.serve``).
+``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
 """
 
@@ -201,11 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
 
     from speculab.bench.cli import add_bench_parsers
+    from speculab.launch.cli import add_launch_parsers
     from speculab.serve.cli import add_serve_parser
     from speculab.train.commands import add_train_parser
 
     add_bench_parsers(sub)
     add_serve_parser(sub)
+    add_launch_parsers(sub)
     add_train_parser(sub)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model into the cache")

@@ -32,6 +32,12 @@ def add_bench_parsers(sub) -> None:
     b.add_argument("--api-key", default=None, help="Bearer key for the endpoints")
     b.add_argument("--served-model", default=None, help="the model name to request (default: the first in /v1/models)")
     b.add_argument("--request-timeout", type=float, default=600.0, help="seconds one HTTP request may take")
+    b.add_argument("--engine", dest="engines", nargs="+", default=["speculab"], choices=["speculab", "vllm", "sglang"],
+                   help="where --methods run: speculab in-process (the default) and/or vLLM or SGLang, launched once per "
+                        "method (speculab launch) and measured over HTTP; e.g. --engine speculab vllm")
+    b.add_argument("--engine-python", default=None,
+                   help="the launched engine's Python (default for vLLM: the environment `make vllm` made)")
+    b.add_argument("--engine-port", type=int, default=8300, help="the port a launched engine listens on (127.0.0.1)")
     b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
     b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
@@ -79,7 +85,9 @@ def config_from_args(args: argparse.Namespace):
         raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
     return BenchConfig(methods=methods, batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, seed=args.seed,
                        workload=args.workload, profile=args.profile + ("+custom" if custom else ""), dtype=args.dtype,
-                       model=args.model, endpoints=endpoints, request_timeout=args.request_timeout, **chosen)
+                       model=args.model, endpoints=endpoints, request_timeout=args.request_timeout,
+                       engines=tuple(dict.fromkeys(args.engines)), engine_python=args.engine_python, engine_port=args.engine_port,
+                       **chosen)
 
 
 def _endpoints(args: argparse.Namespace) -> tuple:

@@ -157,7 +157,7 @@ async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo
                         result.finish_reason = choice.get("finish_reason") or result.finish_reason
                     if data.get("usage"):
                         result.output_tokens = int(data["usage"].get("completion_tokens") or 0)
-                    if data.get("metrics") or data.get("meta_info"):
+                    if data.get("metrics") or data.get("meta_info") or data.get("sglext"):
                         final = data
             result.ok = True
         except (httpx.HTTPError, RuntimeError, TimeoutError, json.JSONDecodeError) as err:
@@ -229,10 +229,11 @@ def _acceptance(done: list[RequestResult], counters: SpecCounters) -> dict:
         if r.spec is not None:
             by_domain.setdefault(r.domain, []).append(r.spec)
     every = [s for specs in by_domain.values() for s in specs]
-    if overall["tau"] is None and every:
+    if not counters.present and every:  # exact per-response figures beat SGLang's approximate counters
         overall |= _from_responses(every)
+    source = "metrics" if counters.present else "responses" if every else "metrics (tau only)" if overall["tau"] else None
     return overall | {
-        "acceptance_source": "metrics" if counters.present else "responses" if every else None,
+        "acceptance_source": source,
         "acceptance_by_domain": {d: _from_responses(s)["acceptance_rate"] for d, s in sorted(by_domain.items())},
         "tau_by_domain": {d: _from_responses(s)["tau"] for d, s in sorted(by_domain.items())},
     }
@@ -260,6 +261,8 @@ def measure_endpoint_cell(endpoint: Endpoint, info: EndpointInfo, items: list[Wo
     """One cell: ``cfg.repeats`` passes over the items (the median pass's figures), greedy agreement with
     ``reference`` (its engine's baseline texts at this batch size) at temperature 0."""
     base = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
+    if info.engine == "sglang":  # SGLang returns per-response speculation only when asked
+        base["return_spec_tokens_details"] = True
     bodies = [base | {"seed": cfg.seed + i} for i in range(len(items))]
     passes = []
     for _ in range(cfg.repeats):

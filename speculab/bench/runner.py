@@ -55,6 +55,13 @@ class BenchConfig:
     prompt_cache: bool = True
     endpoints: tuple = ()  # speculab.bench.endpoint.Endpoint, measured beside the in-process methods
     request_timeout: float = 600.0  # seconds, per HTTP request
+    engines: tuple[str, ...] = ("speculab",)  # where the methods run: speculab in-process, and/or launched engines
+    engine_python: str | None = None  # the launched engines' Python (default for vLLM: `make vllm`'s environment)
+    engine_port: int = 8300  # where a launched engine listens, on 127.0.0.1
+
+    @property
+    def in_process(self) -> tuple[MethodSpec, ...]:
+        return self.methods if "speculab" in self.engines else ()
 
     def record(self) -> dict:
         d = asdict(self)
@@ -232,7 +239,7 @@ def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool, endpoints:
     if loaded is not None:
         dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
         budget = machine_memory_budget()
-        for spec in cfg.methods:
+        for spec in cfg.in_process:
             memory[spec.label] = method_estimate(spec, loaded.model.config, dtype_bytes, budget)
             if (path := drafter_path(spec)) is not None:
                 drafters[spec.label] = model_record(path)
@@ -255,6 +262,7 @@ def _previous_references(previous: list[dict], run_id: str, target: Target | Non
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
     from speculab.bench.endpoint import measure_endpoint_cell, probe_all
+    from speculab.bench.launched import engine_label, measure_engine
 
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
@@ -267,12 +275,12 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     results.truncate_partial_line()
 
     endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
-    loaded, items, prompts = _prepare(cfg) if cfg.methods else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
+    loaded, items, prompts = _prepare(cfg) if cfg.in_process else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
     results.append(_run_record(cfg, run_id, loaded, bool(done), endpoints))
     target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None) if loaded is not None else None
     texts: dict[tuple, list[str]] = {}  # (engine, batch size) -> its baseline endpoint's outputs
     _previous_references(previous, run_id, target, texts)
-    specs = sorted(cfg.methods, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
+    specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
     served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
     # batch-major: the cells compared with each other run minutes apart at most, so a shared machine's
     # drift in speed biases a speedup less than a method-major order (all of one method, then the next)
@@ -281,7 +289,9 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     options_of = {s.label: proposer_options(s, loaded) for s in specs}
     if target is not None:
         _warm_up(target, specs, options_of, progress)
-    planned = len(todo) * len(items) * cfg.max_tokens * cfg.repeats
+    launched = [e for e in cfg.engines if e != "speculab"]
+    cells = len(todo) + sum((engine_label(e, s), b) not in done for e in launched for s in cfg.methods for b in cfg.batch_sizes)
+    planned = cells * len(items) * cfg.max_tokens * cfg.repeats
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
         for what, batch_size in todo:
             bar.set_postfix_str(f"{_label(what)} b{batch_size}")
@@ -295,7 +305,32 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
                 if info.method == "baseline":
                     texts[(info.engine, batch_size)] = cell["output_texts"]
             results.append({"run_id": run_id, **cell})
+        reference = ReferenceModel(cfg, loaded)
+        for engine in launched:
+            measure_engine(engine, cfg, items, reference.path, out, done, results, run_id, reference, bar, progress)
     return results.path
+
+
+class ReferenceModel:
+    """The target in speculab's code, loaded on first use: launched engines' divergences are checked on it."""
+
+    def __init__(self, cfg: BenchConfig, loaded):
+        self.cfg, self.loaded = cfg, loaded
+
+    @property
+    def path(self) -> Path:
+        if self.loaded is not None:
+            return Path(self.loaded.path)
+        from speculab.models.embedded import ensure_embedded_model
+
+        return Path(self.cfg.model) if self.cfg.model else ensure_embedded_model()
+
+    def __call__(self):
+        if self.loaded is None:
+            from speculab import runtime
+
+            self.loaded = runtime.load(self.cfg.model, self.cfg.dtype)
+        return self.loaded
 
 
 def _label(what) -> str:

@@ -5,8 +5,14 @@ Knows: the counter names of vLLM V1 (``vllm:spec_decode_num_drafts``, ``…_num_
 ``vllm:spec_decode_*`` prefix without the drafts counter; its ``…_num_emitted_tokens``), and
 speculab's own (``speculab:spec_decode_num_draft_nodes``); Prometheus text is parsed by
 ``prometheus_client``'s parser, and a cell's figures are the difference of two scrapes.
-Per response: speculab's (and vLLM's per-request) ``metrics.speculative_decoding``, and SGLang's
-``meta_info`` (``spec_verify_ct``: verify steps; ``completion_tokens``; ``spec_accept_length``).
+SGLang's counters (``sglang:spec_verify_calls_total``, ``sglang:generation_tokens_total``) give τ
+only, approximately (a request's first token, made by its prefill, is counted as generated too);
+its ``spec_accept_length`` and ``spec_accept_rate`` are gauges of the latest batch, useless for a
+cell's total. Per response: speculab's (and vLLM's per-request) ``metrics.speculative_decoding``;
+SGLang's ``sglext.spec_tokens_details`` on OpenAI responses (0.5.2x, when the request sets
+``return_spec_tokens_details``) and ``meta_info`` on ``/generate`` (``spec_verify_ct``, and in
+newer versions ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts``), with
+``completion_tokens`` where only the verify count is given. Formats: tests/launch/fixtures.
 
 Figures, in speculab's terms (``speculab.speculative.stats``): τ = tokens emitted per verify
 step, bonus token included; acceptance rate = accepted draft tokens / draft tokens (for a tree,
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 PREFIXES = ("vllm:spec_decode_", "speculab:spec_decode_")
+SGLANG = {"sglang:spec_verify_calls_total": "sglang_verify_calls", "sglang:generation_tokens_total": "sglang_generation_tokens"}
 COUNTERS = {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_emitted_tokens", "num_draft_nodes"}
 
 
@@ -40,8 +47,16 @@ class SpecCounters:
     def present(self) -> bool:
         return "num_accepted_tokens" in self.values and "num_draft_tokens" in self.values
 
+    @property
+    def sglang_steps(self) -> float:
+        return self.values.get("sglang_verify_calls", 0.0)
+
     def figures(self) -> dict:
         """tau, acceptance_rate and accepted_per_position from counter deltas; None where the server gives no counter."""
+        if not self.present and self.sglang_steps > 0:
+            steps, emitted = self.sglang_steps, self.values.get("sglang_generation_tokens", 0.0)
+            return {"tau": emitted / steps, "acceptance_rate": None, "accepted_per_position": [], "draft_tokens": None,
+                    "accepted_tokens": int(emitted - steps), "steps": int(steps)}
         if not self.present:
             return {"tau": None, "acceptance_rate": None, "accepted_per_position": [], "draft_tokens": None, "accepted_tokens": None}
         accepted, drafted = self.values["num_accepted_tokens"], self.values["num_draft_tokens"]
@@ -57,6 +72,9 @@ def parse_spec_counters(text: str) -> SpecCounters:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
+            if name in SGLANG:
+                counters.values[SGLANG[name]] = counters.values.get(SGLANG[name], 0.0) + sample.value
+                continue
             prefix = next((p for p in PREFIXES if name.startswith(p)), None)
             if prefix is None or not name.endswith("_total"):
                 continue
@@ -84,9 +102,11 @@ def response_spec(body: dict, completion_tokens: int | None = None) -> ResponseS
     if spec:
         return ResponseSpec(int(spec.get("num_verify_steps") or spec.get("num_drafts") or 0), int(spec["num_accepted_draft_tokens"]),
                             spec.get("num_draft_tokens"))
-    meta = body.get("meta_info") or {}
+    meta = (body.get("sglext") or {}).get("spec_tokens_details") or body.get("meta_info") or {}
     if meta.get("spec_verify_ct"):
         steps = int(meta["spec_verify_ct"])
+        if meta.get("spec_num_proposed_drafts") is not None:
+            return ResponseSpec(steps, int(meta["spec_num_correct_drafts"]), int(meta["spec_num_proposed_drafts"]))
         emitted = int(meta.get("completion_tokens") or completion_tokens or 0)
         return ResponseSpec(steps, max(emitted - steps, 0))
     return None

