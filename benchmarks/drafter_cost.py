@@ -16,9 +16,10 @@ import time
 import torch
 
 from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
-from speculab.models.eagle_head import load_eagle_head, load_token_ranking
+from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
+from speculab.models.token_ranking import load_token_ranking
 from speculab.runtime import load
 from speculab.speculative.proposer import make_proposer
 

@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     from speculab.bench.cli import add_bench_parsers
     from speculab.launch.cli import add_launch_parsers
     from speculab.serve.cli import add_serve_parser
-    from speculab.train.commands import add_train_parser
+    from speculab.train.cli import add_train_parser
 
     add_bench_parsers(sub)
     add_serve_parser(sub)

@@ -65,7 +65,7 @@ def load_draft_model(path: str | Path, loaded):
 
 def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
     """The ``draft_vocab`` option (FR-Spec): the drafter folder's ``size`` most frequent tokens; {} for None."""
-    from speculab.models.eagle_head import load_token_ranking
+    from speculab.models.token_ranking import load_token_ranking
 
     return {} if size is None else {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[:size]}
 
@@ -94,7 +94,7 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
 def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
     """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where
     the drafter ships a token ranking and the whole vocabulary (None) elsewhere."""
-    from speculab.models.eagle_head import RANKING_FILE
+    from speculab.models.token_ranking import RANKING_FILE
 
     size = params.get("draft_vocab")
     if size == "auto":

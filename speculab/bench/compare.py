@@ -159,19 +159,20 @@ def compare_transformers(args: argparse.Namespace) -> dict:
 
 def compare_llamacpp(args: argparse.Namespace) -> dict:
     from speculab.bench import llamacpp
-    from speculab.models.embedded import cache_dir, ensure_gguf
+    from speculab.files import cache_dir
+    from speculab.models.embedded import ensure_gguf
 
     if args.model not in (None, "default"):
         raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
     loaded = _setup(args)
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
-    gguf = ensure_gguf()
-    if args.quant == "bf16":
-        gguf = llamacpp.ensure_bf16_gguf(gguf, cache_dir() / "gguf" / "SmolLM2-135M-Instruct.BF16.gguf")
+    q4 = ensure_gguf()
+    gguf, source = (cache_dir() / "gguf" / "SmolLM2-135M-Instruct.BF16.gguf", q4) if args.quant == "bf16" else (q4, None)
     ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
-    peer = llamacpp.measure_llamacpp(gguf, prompts[0], args.max_tokens, args.repeats, torch.get_num_threads())
+    peer = llamacpp.run_llamacpp(gguf, prompts[0], args.max_tokens, args.repeats, torch.get_num_threads(), bf16_from=source)
     return {
         "peer": "llama.cpp",
+        "llama_cpp_version": peer.get("llama_cpp_version"),
         "gguf": Path(gguf).name,
         "dtype": loaded.dtype,
         "batch_size": 1,
@@ -220,8 +221,8 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     import subprocess
     import tempfile
 
+    from speculab.files import cache_dir
     from speculab.models.eagle_head import load_eagle_head
-    from speculab.models.embedded import cache_dir
     from speculab.speculative.proposer import make_proposer
 
     if not args.eagle:

@@ -123,11 +123,14 @@ class RequestResult:
 
 
 async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo, item: WorkloadItem, body: dict,
-               gate: asyncio.Semaphore, timeout: float) -> RequestResult:
-    """One streaming chat request; a failure is recorded in the result, never raised."""
+               gate: asyncio.Semaphore, timeout: float, scrape_each: bool = False) -> RequestResult:
+    """One streaming chat request; a failure is recorded in the result, never raised. With ``scrape_each`` (batch 1:
+    nothing else runs meanwhile) ``/metrics`` is read around it, outside its timings, and a server that returns no
+    per-response stats (vLLM) still gets per-request figures, hence acceptance by language."""
     result = RequestResult(item.domain)
     created = time.perf_counter()
     async with gate:  # TTFT counts from here: the request is sent into a free place, not queued in the client
+        before = await scrape(endpoint, client) if scrape_each else None
         result.start = last = time.perf_counter()
         result.queued = result.start - created
         chunks, final = [], {}
@@ -166,7 +169,16 @@ async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo
         result.e2el = result.end - result.start
         result.text = "".join(chunks)
         result.spec = response_spec(final, result.output_tokens) if final else None
+        if before is not None and result.spec is None and result.ok:
+            result.spec = _spec_from_counters(await scrape(endpoint, client) - before)
     return result
+
+
+def _spec_from_counters(delta: SpecCounters) -> ResponseSpec | None:
+    figures = delta.figures()
+    if not delta.present or not figures.get("steps"):
+        return None
+    return ResponseSpec(figures["steps"], figures["accepted_tokens"], figures["draft_tokens"])
 
 
 def _summary(values: list[float], name: str) -> dict:
@@ -188,7 +200,7 @@ async def run_requests(endpoint: Endpoint, info: EndpointInfo, items: list[Workl
         start = time.perf_counter()
 
         async def tracked(item, body):
-            r = await _one(client, endpoint, info, item, body, gate, timeout)
+            r = await _one(client, endpoint, info, item, body, gate, timeout, scrape_each=batch_size == 1)
             if bar is not None:
                 bar.update(r.output_tokens)
             return r

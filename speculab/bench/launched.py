@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from speculab.bench.divergence import divergence_fields, divergences
-from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests, text_agreement
 from speculab.methods import MethodSpec
 
 
@@ -28,8 +28,9 @@ def engine_label(engine: str, spec: MethodSpec) -> str:
 
 
 def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, results, run_id: str,
-                   reference_model, bar: tqdm | None, progress: bool) -> None:
-    """Every method of ``cfg`` on ``engine``, each batch size not yet ``done``; cells go to ``results``."""
+                   reference_model, bar: tqdm | None, progress: bool, speculab_texts: dict[int, list[str]] | None = None) -> None:
+    """Every method of ``cfg`` on ``engine``, each batch size not yet ``done``; cells go to ``results``.
+    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with."""
     from speculab.launch.prepare import prepare
     from speculab.launch.server import EngineServer
 
@@ -55,10 +56,23 @@ def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, 
                 cell |= {"params": spec.params, "launch": plan.record()}
                 if spec.name == "baseline":
                     texts[batch_size] = cell["output_texts"]
-                elif cell["greedy_identical"] is False and reference_model is not None:
+                    cell |= _against_speculab(cell, (speculab_texts or {}).get(batch_size), reference_model, items, cfg)
+                elif cell["greedy_identical"] is False:
                     cell |= divergence_fields(divergences(reference_model(), _prompt_ids(reference_model(), items),
                                                           cell["output_texts"], texts[batch_size]))
                 results.append({"run_id": run_id, **cell})
+
+
+def _against_speculab(cell: dict, ours: list[str] | None, reference_model, items, cfg) -> dict:
+    """The engine's plain greedy output against speculab's on the same prompts: the two engines agree, or part at
+    near-ties only."""
+    if ours is None or cfg.temperature != 0:
+        return {}
+    theirs = cell["output_texts"]
+    found = divergences(reference_model(), _prompt_ids(reference_model(), items), theirs, ours)
+    fields = divergence_fields(found)
+    return {"identical_to_speculab": theirs == ours, "agreement_with_speculab": text_agreement(theirs, ours),
+            "speculab_divergences": fields["divergences"], "speculab_divergences_near_ties": fields["all_near_ties"]}
 
 
 def _warm_up(endpoint: Endpoint, info, items, cfg) -> None:

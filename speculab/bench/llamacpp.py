@@ -33,24 +33,28 @@ What it does not know / does not do:
   (llama-cpp-python 0.3.36 does not: it swallows unknown kwargs, so the
   llama.cpp default applies).  The result dict says which it was.
 
-``llama_cpp`` is imported lazily so this module imports without it.
+It runs in llama.cpp's own environment (``make llamacpp``: llama-cpp-python built from source
+with the machine's compiler, never installed into speculab's): ``run_llamacpp`` starts this file
+as a script with that environment's Python, which needs only the standard library and
+``llama_cpp``, and reads the one JSON line it prints.
 """
 
 from __future__ import annotations
 
+import argparse
 import inspect
+import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-_INSTALL_HINT = (
-    "llama-cpp-python is not installed: pip install 'speculab[llamacpp]' "
-    "(or pip install llama-cpp-python==0.3.36; with GCC 12 build it with "
-    "CMAKE_ARGS=\"-DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse'\", see llama.cpp #20824)"
-)
+_INSTALL_HINT = "llama-cpp-python is not installed in this Python: run `make llamacpp`, whose environment has it"
 
 
 def _import_llama_cpp() -> Any:
@@ -199,3 +203,45 @@ def measure_llamacpp(
         "max_new_tokens": max_new_tokens,
         "use_extra_bufts": use_extra_bufts,
     }
+
+
+def run_llamacpp(gguf: Path, prompt_ids: list[int], max_new_tokens: int, repeats: int, n_threads: int,
+                 bf16_from: Path | None = None, python: Path | None = None) -> dict:
+    """``measure_llamacpp`` in llama.cpp's own environment (made on first use); with ``bf16_from``, ``gguf`` is
+    first written as that GGUF's BF16 copy. Returns the measurement with ``llama_cpp_version``."""
+    from speculab.environments import llamacpp_python
+
+    python = python or llamacpp_python(create=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([int(t) for t in prompt_ids], f)
+    argv = [str(python), __file__, "--gguf", str(gguf), "--prompt-ids-file", f.name, "--max-new-tokens", str(max_new_tokens),
+            "--repeats", str(repeats), "--threads", str(n_threads)] + (["--bf16-from", str(bf16_from)] if bf16_from else [])
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the llama.cpp run failed ({python}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Script entry, run by llama.cpp's environment: the last stdout line is one JSON object."""
+    p = argparse.ArgumentParser(description="time llama.cpp greedy decoding (speculab compare llama.cpp)")
+    p.add_argument("--gguf", type=Path, required=True)
+    p.add_argument("--bf16-from", type=Path, default=None, help="first write --gguf as a BF16 copy of this GGUF")
+    p.add_argument("--prompt-ids-file", type=Path, required=True, help="JSON list of prompt token ids")
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, required=True)
+    args = p.parse_args(argv)
+    if args.bf16_from is not None:
+        ensure_bf16_gguf(args.bf16_from, args.gguf)
+    prompt = json.loads(args.prompt_ids_file.read_text())
+    result = measure_llamacpp(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)
+    print(json.dumps(result | {"llama_cpp_version": _import_llama_cpp().__version__}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -306,8 +306,9 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
                     texts[(info.engine, batch_size)] = cell["output_texts"]
             results.append({"run_id": run_id, **cell})
         reference = ReferenceModel(cfg, loaded)
+        ours = {b: [loaded.tokenizer.decode(ids) for ids in outputs] for b, outputs in target.baseline_outputs.items()} if target else {}
         for engine in launched:
-            measure_engine(engine, cfg, items, reference.path, out, done, results, run_id, reference, bar, progress)
+            measure_engine(engine, cfg, items, reference.path, out, done, results, run_id, reference, bar, progress, ours)
     return results.path
 
 

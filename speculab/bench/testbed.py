@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from speculab.models.embedded import sha256_of
+from speculab.files import sha256_of
 
 
 def cpu_name() -> str:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from speculab.models.embedded import cache_dir, sha256_of
+from speculab.files import cache_dir, sha256_of
 
 BENCHMARK_SHARE = 5  # one file in five (by hash) is reserved for the benchmark workload
 

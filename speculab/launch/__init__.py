@@ -1,6 +1,5 @@
 """Real engines: vLLM and SGLang launched with speculab's methods, and drafters exported for them.
 
 ``plan.py`` (a command with a reason per flag), ``vllm.py`` / ``sglang.py`` (each engine's flags
-by version), ``export.py`` (drafters in the engines' layouts), ``environment.py`` (vLLM's own
-venv), ``prepare.py`` (engine + method -> plan), ``server.py`` (the process), ``cli.py``.
+by version), ``export.py`` (drafters in the engines' layouts), ``prepare.py`` (engine + method -> plan), ``server.py`` (the process), ``cli.py``.
 """

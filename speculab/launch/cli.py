@@ -100,8 +100,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.drafter}: no config.json; give a drafter folder (an EAGLE head or a draft model)")
     kind = drafter_kind(args.drafter)
     vocab = args.draft_vocab.lower()
-    size = None if vocab == "none" else draft_vocab_size("eagle", {"draft_vocab": "auto" if vocab == "auto" else int(vocab)},
-                                                         args.drafter) if kind == "eagle" else None
+    if vocab not in ("auto", "none") and not vocab.isdigit():
+        raise ValueError(f"--draft-vocab {args.draft_vocab}: give a number of tokens, auto or none")
+    wanted = None if vocab == "none" else vocab if vocab == "auto" else int(vocab)
+    size = draft_vocab_size("eagle", {"draft_vocab": wanted}, args.drafter) if kind == "eagle" else None
     exported = export_drafter(args.drafter, args.engine, args.out, size)
     print(json.dumps({"out": str(exported.folder), "kind": exported.kind, "engine": exported.engine,
                       "token_map": str(exported.token_map) if exported.token_map else None}))

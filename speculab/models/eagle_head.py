@@ -96,25 +96,6 @@ def read_head_tensors(folder: Path, shapes: dict[str, tuple[int, ...]], optional
     return {name: tensors[name] for name in expected}
 
 
-RANKING_FILE = "draft_vocab.safetensors"  # optional: token ids by falling frequency (speculab.train.vocab)
-
-
-def load_token_ranking(folder: str | Path, vocab_size: int) -> Tensor:
-    """The head folder's token ranking ``token_ids`` [n]; a clear error when absent or out of range."""
-    path = Path(folder) / RANKING_FILE
-    if not path.exists():
-        raise CheckpointError(f"{path}: no token ranking for a reduced draft vocabulary; "
-                              "make one with `speculab train vocab --out FOLDER` or leave draft_vocab unset")
-    from safetensors.torch import load_file
-
-    ids = load_file(path).get("token_ids")
-    if ids is None or ids.dim() != 1 or ids.numel() == 0:
-        raise CheckpointError(f"{path}: tensor 'token_ids' missing or not a non-empty 1-D tensor")
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size or ids.unique().numel() != ids.numel():
-        raise CheckpointError(f"{path}: 'token_ids' must be distinct ids below the target's vocab_size {vocab_size}")
-    return ids.long()
-
-
 def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None, prepack: bool = True) -> EagleHead:
     """Load an EAGLE-1/2 head folder for ``target``; shapes are checked against the target."""
     folder = Path(folder)

@@ -12,7 +12,6 @@ other local checkpoint).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from speculab.files import cache_dir, sha256_of
 
 
 @dataclass(frozen=True)
@@ -46,21 +47,6 @@ SMOLLM2 = EmbeddedModel(
     gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     license="Apache-2.0",
 )
-
-
-def cache_dir() -> Path:
-    """``$SPECULAB_CACHE``, else ``$XDG_CACHE_HOME/speculab``, else ``~/.cache/speculab``."""
-    if os.environ.get("SPECULAB_CACHE"):
-        return Path(os.environ["SPECULAB_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "speculab"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _log(msg: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from speculab.models.embedded import sha256_of
+from speculab.files import sha256_of
 
 
 def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: str) -> Path:

@@ -6,20 +6,16 @@ step). Verification still uses the target's full distribution, so the output
 is unchanged; a token outside the kept set simply cannot be drafted.
 
 Knows: counting tokens over the self-distilled training sequences and the
-training share of the code sources (never the benchmark's files), and the file
-that holds the ranking beside a head (``draft_vocab.safetensors``: ``token_ids``
-[n] in falling frequency, ``counts`` [n]). Does not know: how a proposer uses it.
+training share of the code sources (never the benchmark's files). Does not know:
+the file the ranking is kept in (``models/token_ranking.py``) or how a proposer
+uses it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
-
-from speculab.models.eagle_head import RANKING_FILE
 
 DOMAINS = ("python", "typescript", "sql")
 
@@ -46,9 +42,3 @@ def rank_tokens(tokenizer, sequences: list[dict], chars_per_domain: int = 2_000_
             taken += len(text)
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     return torch.tensor([t for t, _ in ranked], dtype=torch.int64), torch.tensor([c for _, c in ranked], dtype=torch.int64)
-
-
-def save_ranking(folder: Path, token_ids: torch.Tensor, counts: torch.Tensor) -> Path:
-    path = Path(folder) / RANKING_FILE
-    save_file({"token_ids": token_ids.contiguous(), "counts": counts.contiguous()}, path)
-    return path

@@ -1,33 +1,52 @@
-"""Smoke test for the llama.cpp baseline (needs llama-cpp-python and a GGUF).
+"""llama.cpp in its own environment (`make llamacpp`): the measurement script, the BF16 conversion, and
+`speculab compare llama.cpp` end to end on the embedded model's GGUF.
 
-Set SPECULAB_TEST_GGUF to a small GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf.
+`make test` makes the environment first and sets SPECULAB_REQUIRE_PEERS=1, so in CI these run, never skip.
 """
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("llama_cpp")
+from speculab.bench.llamacpp import run_llamacpp
+from speculab.cli import main
+from speculab.environments import llamacpp_env_dir, llamacpp_python
+from speculab.models.embedded import ensure_gguf
 
-from speculab.bench.llamacpp import measure_llamacpp  # noqa: E402
-
-
-@pytest.fixture
-def gguf() -> Path:
-    path = os.environ.get("SPECULAB_TEST_GGUF")
-    if not path or not Path(path).is_file():
-        pytest.skip("SPECULAB_TEST_GGUF unset or not a file")
-    return Path(path)
+pytestmark = pytest.mark.slow
 
 
-def test_measure_llamacpp_tiny(gguf: Path) -> None:
-    prompt = list(range(100, 120))  # 20 ids, valid in any real vocab
-    res = measure_llamacpp(gguf, prompt, max_new_tokens=4, repeats=1, n_threads=2)
-    assert len(res["tokens"]) == 4
-    assert all(isinstance(t, int) for t in res["tokens"])
-    assert len(res["runs"]) == 1
-    assert res["tok_s"] > 0
-    assert res["prefill_s"] > 0
-    assert res["gguf"] == str(gguf)
-    assert res["n_threads"] == 2
+@pytest.fixture(scope="module")
+def llama_env() -> Path:
+    if not (llamacpp_env_dir() / ".installed").exists():
+        if os.environ.get("SPECULAB_REQUIRE_PEERS"):
+            pytest.fail(f"no llama.cpp environment at {llamacpp_env_dir()}: `make test` makes it with `make llamacpp`")
+        pytest.skip("no llama.cpp environment: run `make llamacpp`")
+    return llamacpp_python(create=False)
+
+
+def test_the_script_times_greedy_decoding_and_makes_a_bf16_copy(llama_env, tmp_path):
+    prompt = list(range(100, 140))
+    q4 = run_llamacpp(ensure_gguf(), prompt, max_new_tokens=4, repeats=2, n_threads=2, python=llama_env)
+    assert len(q4["tokens"]) == 4 and len(q4["runs"]) == 2 and q4["n_prompt"] == 40 and q4["n_threads"] == 2
+    assert q4["llama_cpp_version"] == "0.3.36"
+    bf16 = tmp_path / "model.BF16.gguf"
+    copy = run_llamacpp(bf16, prompt, max_new_tokens=4, repeats=1, n_threads=2, bf16_from=ensure_gguf(), python=llama_env)
+    assert bf16.stat().st_size > 2 * ensure_gguf().stat().st_size  # 16-bit weights against ~5-bit ones
+    assert copy["gguf"] == str(bf16)
+
+
+def test_a_failing_run_quotes_llama_cpps_error(llama_env, tmp_path):
+    with pytest.raises(RuntimeError, match="GGUF not found"):
+        run_llamacpp(tmp_path / "missing.gguf", [1, 2, 3], max_new_tokens=2, repeats=1, n_threads=1, python=llama_env)
+
+
+def test_compare_llamacpp_end_to_end(llama_env, capsys):
+    assert main(["compare", "llama.cpp", "--quant", "bf16", "--dtype", "float32", "--max-tokens", "8", "--repeats", "1",
+                 "--prompt-tokens", "96"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["peer"] == "llama.cpp" and result["gguf"].endswith("BF16.gguf") and result["llama_cpp_version"] == "0.3.36"
+    # the same dequantised weights on both sides: greedy tokens agree but for rounding near-ties
+    assert result["greedy_agreement"] >= 0.5, result

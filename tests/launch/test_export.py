@@ -14,7 +14,7 @@ from speculab.launch.export import MANIFEST, TOKEN_MAP, drafter_kind, export_dra
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.models.loading import CheckpointError
-from speculab.train.vocab import save_ranking
+from speculab.models.token_ranking import save_ranking
 from tests.helpers import save_tiny_checkpoint, speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 

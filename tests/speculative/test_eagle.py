@@ -186,7 +186,7 @@ def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, 
 def test_token_ranking_file_is_checked(tmp_path, hf_target, target):
     from safetensors.torch import save_file
 
-    from speculab.models.eagle_head import RANKING_FILE, load_token_ranking
+    from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
 
     write_eagle_head(tmp_path, hf_target.config)
     with pytest.raises(CheckpointError, match="no token ranking"):

@@ -1,6 +1,7 @@
 """``speculab train eagle|draft`` end to end on a tiny target with a ready data cache (no sources needed)."""
 
 import json
+import re
 import shutil
 from collections import Counter
 
@@ -10,8 +11,9 @@ from safetensors.torch import load_file, save_file
 
 from speculab.cli import main
 from speculab.models.eagle3_head import load_eagle3_head
-from speculab.models.eagle_head import load_eagle_head, load_token_ranking
+from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import load_model
+from speculab.models.token_ranking import load_token_ranking
 from speculab.train.distill_data import DataSpec
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
@@ -101,8 +103,9 @@ def test_prompt_seeds_read_every_seeds_folder(target_and_data, tmp_path, capsys)
     assert "seeds 0, 1, 4 per seed" in (out / "README.md").read_text()
     # a seed folder made with other settings is refused, naming it
     (other / "spec.json").write_text(json.dumps(DataSpec(num_prompts=5, response_tokens=24, seed=1).__dict__))
-    with pytest.raises(SystemExit, match="data-seed1 holds data made with other settings"):
-        main(_train_args("eagle", target, base, tmp_path / "again", "2", "--prompt-seeds", "0", "1"))
+    capsys.readouterr()
+    assert main(_train_args("eagle", target, base, tmp_path / "again", "2", "--prompt-seeds", "0", "1")) == 2
+    assert "data-seed1 holds data made with other settings" in capsys.readouterr().err  # reported like any CLI error
 
 
 @pytest.mark.parametrize("kind", ["eagle", "draft"])
@@ -126,8 +129,9 @@ def test_init_with_other_sizes_names_the_tensor(target_and_data, tmp_path, capsy
     assert main(_train_args("draft", target, data, first, "1")) == 0
     args = _train_args("draft", target, data, tmp_path / "wider", "1", "--init", str(first))
     args[args.index("--hidden-size") + 1] = "48"
-    with pytest.raises(SystemExit, match=r"--init .*first: tensor .* has shape"):
-        main(args)
+    capsys.readouterr()
+    assert main(args) == 2
+    assert re.search(r"speculab: error: --init .*first: tensor .* has shape", capsys.readouterr().err)
 
 
 def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(target_and_data, tmp_path, capsys):

@@ -153,7 +153,8 @@ def _findings_blocks(results: Results) -> list[Block]:
     blocks.append(Table(["method", "largest batch with speedup ≥ 1", "first batch with speedup < 1", "break-even (interpolated)", "reading"],
                                   rows, "speedup = `cell.tok_s` / baseline `cell.tok_s` at the same batch size; break-even interpolated linearly in log2(batch)"))
     blocks.append(Paragraph(recommendation(results)))
-    differs = [f"{lab} at batch {b}" for (lab, b), c in results.cells.items() if c.get("greedy_identical") is False]
+    differs = [f"{lab} at batch {b}" for (lab, b), c in results.cells.items()
+               if c.get("greedy_identical") is False and not c.get("all_near_ties")]
     if differs:
         blocks.append(Paragraph("**Correctness warning:** at temperature 0 the output differed from the baseline's (`cell.greedy_identical` false) for "
                             + ", ".join(differs) + "."))
@@ -162,11 +163,34 @@ def _findings_blocks(results: Results) -> list[Block]:
     return blocks
 
 
+def _agreement_blocks(results: Results) -> list[Block]:
+    """Engines' greedy outputs against their own baseline and against speculab's; each divergence's gap on the target."""
+    rows = []
+    for (label, b), c in results.cells.items():
+        if c.get("transport") != "http" or c.get("agreement") is None and c.get("agreement_with_speculab") is None:
+            continue
+        own = c.get("divergences") or []
+        ours = c.get("speculab_divergences") or []
+        gaps = [abs(d["logprob_gap"]) for d in own + ours]
+        rows.append([label, str(b), DASH if c.get("greedy_identical") is None else ("yes" if c["greedy_identical"] else "no"),
+                     pct(c.get("agreement")), DASH if c.get("identical_to_speculab") is None else ("yes" if c["identical_to_speculab"] else "no"),
+                     pct(c.get("agreement_with_speculab")), str(len(own) + len(ours)),
+                     DASH if not gaps else f"{max(gaps):.4f}", DASH if not gaps else ("yes" if all(d["near_tie"] for d in own + ours) else "NO")])
+    if not rows:
+        return []
+    return [Heading(2, "Greedy agreement across engines"),
+            Table(["label", "batch", "identical to its engine's baseline", "agreement", "baseline identical to speculab's",
+                   "agreement with speculab", "divergences", "max |log-prob gap| (nats)", "all near-ties"], rows,
+                  "`cell.greedy_identical`, `cell.agreement`, `cell.identical_to_speculab`, `cell.agreement_with_speculab`, "
+                  "`cell.divergences` / `cell.speculab_divergences` (gap between the two tokens on the target where outputs part; "
+                  "a near-tie is under 0.05 nats)")]
+
+
 def document(results: Results) -> list[Block]:
     run_id = (results.run or {}).get("run_id", DASH)
     return [Heading(1, f"speculab benchmark report — run {run_id}"),
             Paragraph("Generated from results.jsonl only; each table names the fields its numbers come from."),
             *_testbed_blocks(results), *_decision_blocks(results), *_acceptance_blocks(results),
-            *_speed_blocks(results), *_memory_blocks(results), *_findings_blocks(results)]
+            *_speed_blocks(results), *_agreement_blocks(results), *_memory_blocks(results), *_findings_blocks(results)]
 
 

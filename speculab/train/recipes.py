@@ -1,0 +1,162 @@
+"""Each drafter kind's training recipe: its model, loss step, batches, saved layout and held-out check.
+
+Knows: how an EAGLE-1/2 head, an EAGLE-3 head and a draft model are built (optionally from a
+trained drafter's weights), which loss each trains with, how each is saved and evaluated
+(through ``speculab.methods``, like every other command), and its model card's summary.
+Does not know: the data or the loop (``pipeline.py``, ``loop.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: torch.nn.Module
+    step: Callable  # batch -> (loss, metrics)
+    make_batch: Callable  # [(token ids, features)] -> batch
+    save: Callable  # (model, out folder) -> path of the weights
+    load_for_eval: Callable  # (out folder, loaded target) -> proposer
+    metrics: tuple[str, ...]  # the logged metrics the loss plot shows
+    writes_ranking: bool = False  # a token ranking (draft_vocab.safetensors) ships beside it, for draft_vocab=N
+
+
+def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
+    """Copy a trained drafter's weights into the freshly built ``model`` (same architecture and sizes)."""
+    if not (folder / "config.json").exists():
+        raise ValueError(f"--init {folder}: no trained drafter there (config.json missing)")
+    state = load().state_dict()
+    mine = model.state_dict()
+    for name, value in mine.items():
+        if name not in state:
+            raise ValueError(f"--init {folder}: it has no tensor {name}; is it a drafter of this kind for this target?")
+        if state[name].shape != value.shape:
+            raise ValueError(f"--init {folder}: tensor {name} has shape {tuple(state[name].shape)}, the model being "
+                             f"trained needs {tuple(value.shape)} (check --hidden-size, --layers, --intermediate-size)")
+    model.load_state_dict({name: state[name].to(value.dtype) for name, value in mine.items()})
+
+
+def _evaluation(spec_text: str):
+    """The held-out check's proposer for a trained drafter in ``out``: ``spec_text`` with ``out`` as its drafter,
+    parsed and built by ``speculab.methods`` like every other command's."""
+    from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
+
+    def load_for_eval(out, loaded):
+        name = spec_text.partition(":")[0]
+        spec = parse_method(f"{spec_text},{METHODS[name].drafter}={out}")
+        return new_proposer(spec, proposer_options(spec, loaded))
+
+    return load_for_eval
+
+
+class EagleRecipe:
+    TITLE = "EAGLE-2 head for {target}"
+
+    @staticmethod
+    def setup(args, target, loaded, sequences):
+        from speculab.models.eagle_head import load_eagle_head
+        from speculab.train.eagle import head_loss, make_batch, new_head, save_head
+
+        raw = json.loads((loaded.path / "config.json").read_text())
+        head = new_head(target, seed=args.seed)
+        if args.init is not None:
+            _start_from(head, args.init, lambda: load_eagle_head(args.init, target, torch.float32, prepack=False))
+        step_fn = lambda batch: head_loss(head, target, batch)  # noqa: E731
+
+        load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
+        return Recipe(head, step_fn, make_batch, lambda m, out: save_head(m, raw, out), load_for_eval,
+                      ("loss", "feature_loss", "token_loss", "top1"), writes_ranking=True)
+
+    @staticmethod
+    def summary(head, args) -> list[str]:
+        n = sum(p.numel() for p in head.parameters())
+        return [f"An EAGLE-1-layout head (one decoder layer fed the target's final hidden states; {n / 1e6:.2f}M parameters, "
+                "bf16 safetensors), trained by `speculab train eagle` with the reference recipe: 1.0 · SmoothL1 on features "
+                "+ 0.1 · soft cross-entropy through the frozen lm_head, uniform feature noise, AdamW (β 0.9, 0.95) with "
+                "warm-up, gradient clipping by value 0.5.",
+                "Use it with `--method eagle --eagle DIR` (EAGLE-2 dynamic tree: num_steps 5, topk 8, num_draft_tokens 32 "
+                "in the acceptance figures below).",
+                "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
+                "share of the sources), for a reduced draft vocabulary: `--draft-vocab N`, or `draft_vocab=N` in "
+                "`speculab bench`."]
+
+
+class Eagle3Recipe:
+    TITLE = "EAGLE-3 head for {target}"
+
+    @staticmethod
+    def setup(args, target, loaded, sequences):
+        from speculab.train.eagle3 import draft_vocabulary, make_batch, new_eagle3_head, save_eagle3_head, ttt_loss
+        from speculab.train.vocab import rank_tokens
+
+        raw = json.loads((loaded.path / "config.json").read_text())
+        ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
+        size = min(args.draft_vocab, target.config.vocab_size)
+        target_ids, _, _ = draft_vocabulary(ranking, size, target.config.vocab_size)
+        head = new_eagle3_head(target, target_ids, seed=args.seed)
+        step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps)  # noqa: E731
+
+        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
+        return Recipe(head, step_fn, lambda group: make_batch(target, target_ids, group),
+                      lambda m, out: save_eagle3_head(m, raw, out), load_for_eval, ("loss", "top1", "top1_step1", "top1_step2"))
+
+    @staticmethod
+    def summary(head, args) -> list[str]:
+        n = sum(p.numel() for p in head.parameters())
+        return [f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
+                f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
+                "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
+                f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k.",
+                "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below)."]
+
+
+class DraftRecipe:
+    TITLE = "Draft model for {target}"
+
+    @staticmethod
+    def setup(args, target, loaded, sequences):
+        from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft
+        from speculab.train.vocab import rank_tokens
+
+        raw = json.loads((loaded.path / "config.json").read_text())
+        draft = new_draft(raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed)
+        if args.init is not None:
+            _start_from(draft, args.init, lambda: type(draft).from_pretrained(args.init, torch_dtype=torch.float32))
+        vocab_size = target.config.vocab_size
+        rows_of_step = lambda: None  # noqa: E731  the whole vocabulary
+        if DraftRecipe.reduced(args, vocab_size):
+            kept = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)[0][: args.draft_vocab]
+            generator = torch.Generator().manual_seed(args.seed)
+            rows_of_step = lambda: loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
+        step_fn = lambda batch: draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
+
+        load_for_eval = _evaluation("draft:num_speculative_tokens=5,draft_vocab=none")
+        return Recipe(draft, step_fn, make_batch, lambda m, out: save_draft(m, loaded.path, out), load_for_eval,
+                      ("kl", "top1", "overlap"), writes_ranking=DraftRecipe.reduced(args, vocab_size))
+
+    @staticmethod
+    def reduced(args, vocab_size: int) -> bool:
+        """Whether the loss covers the frequent tokens plus negatives rather than the whole vocabulary."""
+        return 0 < args.draft_vocab < vocab_size
+
+    @staticmethod
+    def summary(draft, args) -> list[str]:
+        n = sum(p.numel() for p in draft.parameters())
+        return [f"A Llama-architecture draft model ({args.layers} layers, hidden {args.hidden_size}, {n / 1e6:.2f}M parameters, "
+                "tied embeddings, bf16 safetensors, the target's tokenizer), distilled by `speculab train draft`: "
+                "KL(target ‖ draft) at every position of self-distilled data; the embedding starts as the target's "
+                "projected on its principal directions.",
+                *([f"The loss covers the {args.draft_vocab:,} most frequent tokens plus {args.negatives:,} others drawn "
+                   "afresh each step (which keep the rest of the output rows low); the model drafts over its whole "
+                   "vocabulary."] if DraftRecipe.reduced(args, draft.config.vocab_size) else []),
+                "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
+                "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it)."]
+
+
+RECIPES = {"eagle": EagleRecipe, "eagle3": Eagle3Recipe, "draft": DraftRecipe}
