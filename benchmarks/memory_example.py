@@ -34,9 +34,16 @@ def main() -> None:
     results = {}
     for name, (kind, drafter_cfg, drafter_tp) in MODES.items():
         results[name] = estimate(
-            target, kind, drafter_cfg, DTYPE_BYTES, DEVICE_BYTES, TENSOR_PARALLEL,
-            target_weight_format="awq", memory_utilization=GPU_MEMORY_UTILIZATION,
-            overhead_bytes=OVERHEAD_BYTES, drafter_tensor_parallel=drafter_tp,
+            target,
+            kind,
+            drafter_cfg,
+            DTYPE_BYTES,
+            DEVICE_BYTES,
+            TENSOR_PARALLEL,
+            target_weight_format="awq",
+            memory_utilization=GPU_MEMORY_UTILIZATION,
+            overhead_bytes=OVERHEAD_BYTES,
+            drafter_tensor_parallel=drafter_tp,
         )
     base_tokens = results["baseline"]["kv_capacity_tokens"]
     for name, r in results.items():
@@ -49,8 +56,11 @@ def main() -> None:
         )
     summary = {
         "assumptions": {
-            "device_bytes": DEVICE_BYTES, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
-            "overhead_bytes_per_gpu": OVERHEAD_BYTES, "tensor_parallel": TENSOR_PARALLEL, "dtype_bytes": DTYPE_BYTES,
+            "device_bytes": DEVICE_BYTES,
+            "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
+            "overhead_bytes_per_gpu": OVERHEAD_BYTES,
+            "tensor_parallel": TENSOR_PARALLEL,
+            "dtype_bytes": DTYPE_BYTES,
             "target_weights": "AWQ int4, group 128, fp16 scales, 4-bit zeros; embedding/lm_head/norms fp16",
         },
         "eagle_head_parameters_with_fc_bias": eagle_head_parameters(target, fc_bias=True),

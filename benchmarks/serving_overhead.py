@@ -34,8 +34,23 @@ from speculab.sampling import SamplingParams
 
 
 def start_server(method: str, port: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-m", "speculab.cli", "serve", "--method", method, "--port", str(port),
-                                "--max-model-len", "2048", "--max-batch", "16"], stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "speculab.cli",
+            "serve",
+            "--method",
+            method,
+            "--port",
+            str(port),
+            "--max-model-len",
+            "2048",
+            "--max-batch",
+            "16",
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -63,16 +78,23 @@ def main() -> None:
     endpoint = Endpoint(f"http://127.0.0.1:{args.port}")
     try:
         info = probe_all([endpoint])[endpoint]
-        out = {"method": spec.label, "dtype": loaded.dtype, "cpu": cpu_name(),
-               "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}), "max_tokens": args.max_tokens,
-               "cells": {}}
+        out = {
+            "method": spec.label,
+            "dtype": loaded.dtype,
+            "cpu": cpu_name(),
+            "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
+            "max_tokens": args.max_tokens,
+            "cells": {},
+        }
         for batch, n in zip(args.batch_sizes, args.num_prompts):
             items = interleave_domains(load_workload(), n)
             prompts = [loaded.tokenizer.encode_chat(i.message_dicts()) for i in items]
             target = Target(loaded, prompts, items, None)
             params = [SamplingParams(max_tokens=args.max_tokens, seed=i) for i in range(n)]
-            bodies = [{"stream": True, "stream_options": {"include_usage": True}, "max_tokens": args.max_tokens, "temperature": 0,
-                       "seed": i} for i in range(n)]
+            bodies = [
+                {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": args.max_tokens, "temperature": 0, "seed": i}
+                for i in range(n)
+            ]
 
             def local():
                 requests, wall = run_once(target, new_proposer(spec, options), batch, params, None)
@@ -92,9 +114,15 @@ def main() -> None:
                 same &= got["local"][1] == got["http"][1]
             ratios = sorted(remote / here for here, remote in pairs)
             out["cells"][batch] = {
-                "prompts": n, "in_process_tok_s": statistics.median(p[0] for p in pairs), "http_tok_s": statistics.median(p[1] for p in pairs),
-                "ratio_median": statistics.median(ratios), "ratio_min": ratios[0], "ratio_max": ratios[-1],
-                "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs], "greedy_identical": same}
+                "prompts": n,
+                "in_process_tok_s": statistics.median(p[0] for p in pairs),
+                "http_tok_s": statistics.median(p[1] for p in pairs),
+                "ratio_median": statistics.median(ratios),
+                "ratio_min": ratios[0],
+                "ratio_max": ratios[-1],
+                "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs],
+                "greedy_identical": same,
+            }
             print(json.dumps({batch: out["cells"][batch]}), file=sys.stderr, flush=True)
     finally:
         server.terminate()

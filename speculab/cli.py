@@ -29,8 +29,17 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 # generate's flags that set a method parameter (vLLM's and SGLang's names); each overrides the spec's value
-METHOD_FLAGS = ("draft", "eagle", "num_steps", "topk", "num_draft_tokens", "draft_vocab", "num_speculative_tokens",
-                "prompt_lookup_min", "prompt_lookup_max")
+METHOD_FLAGS = (
+    "draft",
+    "eagle",
+    "num_steps",
+    "topk",
+    "num_draft_tokens",
+    "draft_vocab",
+    "num_speculative_tokens",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+)
 
 
 def method_spec(args: argparse.Namespace):
@@ -54,8 +63,13 @@ def _run_once(loaded, prompt_ids, params, proposer, on_token=None):
     from speculab.engine import Engine
 
     headroom = proposer.max_draft_tokens + 2 if proposer else 1
-    engine = Engine(loaded.model, max_batch=1, max_seq_len=len(prompt_ids) + params.max_tokens + headroom,
-                    stop_ids=loaded.tokenizer.stop_ids, proposer=proposer)
+    engine = Engine(
+        loaded.model,
+        max_batch=1,
+        max_seq_len=len(prompt_ids) + params.max_tokens + headroom,
+        stop_ids=loaded.tokenizer.stop_ids,
+        proposer=proposer,
+    )
     start = time.perf_counter()
     (request,) = engine.generate([prompt_ids], params, on_token=on_token)
     return request, time.perf_counter() - start
@@ -77,7 +91,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tok = loaded.tokenizer
     prompt_ids = tok.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else tok.encode(args.prompt)
     params = SamplingParams(
-        max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, ignore_eos=args.ignore_eos
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
     )
     spec = method_spec(args)
     options = proposer_options(spec, loaded)
@@ -85,8 +104,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for warm in (None, new_proposer(spec, options)):
             _run_once(loaded, prompt_ids, dataclasses.replace(params, max_tokens=min(8, params.max_tokens)), warm)
     baseline = _run_once(loaded, prompt_ids, params, None)[0] if args.compare_baseline else None
-    request, total = _run_once(loaded, prompt_ids, params, new_proposer(spec, options),
-                               None if args.json else _printer(tok.stream_decoder()))
+    request, total = _run_once(
+        loaded, prompt_ids, params, new_proposer(spec, options), None if args.json else _printer(tok.stream_decoder())
+    )
     if not args.json:
         print(flush=True)
         return 0
@@ -165,17 +185,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's stop tokens")
     g.add_argument("--json", action="store_true", help="print one JSON object as the last stdout line")
-    g.add_argument("--method", default="baseline",
-                   help="baseline, ngram, draft, eagle or eagle3, with optional settings as in `speculab bench`: "
-                        "eagle:num_steps=5,topk=8,num_draft_tokens=32; defaults in speculab/methods.py")
+    g.add_argument(
+        "--method",
+        default="baseline",
+        help="baseline, ngram, draft, eagle or eagle3, with optional settings as in `speculab bench`: "
+        "eagle:num_steps=5,topk=8,num_draft_tokens=32; defaults in speculab/methods.py",
+    )
     g.add_argument("--draft", default=None, help="draft model checkpoint folder (--method draft; default: the shipped one)")
     g.add_argument("--eagle", default=None, help="EAGLE head folder (--method eagle or eagle3; default: the shipped one)")
     g.add_argument("--num-steps", type=int, default=None, help="EAGLE tree depth")
     g.add_argument("--topk", type=int, default=None, help="EAGLE branching per expanded node")
     g.add_argument("--num-draft-tokens", type=int, default=None, help="EAGLE tree size, root included")
-    g.add_argument("--draft-vocab", default=None,
-                   help="--method eagle or draft: draft over the N most frequent tokens only (the drafter folder's "
-                        "draft_vocab.safetensors), auto, or none (the whole vocabulary)")
+    g.add_argument(
+        "--draft-vocab",
+        default=None,
+        help="--method eagle or draft: draft over the N most frequent tokens only (the drafter folder's "
+        "draft_vocab.safetensors), auto, or none (the whole vocabulary)",
+    )
     g.add_argument("--num-speculative-tokens", type=int, default=None, help="draft/ngram chain length")
     g.add_argument("--prompt-lookup-min", type=int, default=None)
     g.add_argument("--prompt-lookup-max", type=int, default=None)

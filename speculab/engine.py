@@ -98,8 +98,10 @@ class PromptCache:
 
     @property
     def nbytes(self) -> int:
-        return sum(e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(getattr(d, "nbytes", 0) for d in e.drafter_states.values())
-                   for e in self.entries.values())
+        return sum(
+            e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(getattr(d, "nbytes", 0) for d in e.drafter_states.values())
+            for e in self.entries.values()
+        )
 
 
 class Engine:

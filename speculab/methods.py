@@ -72,8 +72,11 @@ def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
 
 def _draft_options(p: dict, loaded) -> dict:
     folder = _existing(p["draft"], "draft")
-    return {"model": load_draft_model(folder, loaded), "num_speculative_tokens": p["num_speculative_tokens"],
-            **reduced_vocabulary(folder, loaded, draft_vocab_size("draft", p, folder))}
+    return {
+        "model": load_draft_model(folder, loaded),
+        "num_speculative_tokens": p["num_speculative_tokens"],
+        **reduced_vocabulary(folder, loaded, draft_vocab_size("draft", p, folder)),
+    }
 
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
@@ -84,8 +87,14 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
         loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
         folder = _existing(p["eagle"], "eagle")
         head = loader(folder, loaded.model)
-        options = {"head": head, "target": loaded.model, "num_steps": p["num_steps"], "topk": p["topk"],
-                   "num_draft_tokens": p["num_draft_tokens"], "batch_budget": p["batch_budget"]}
+        options = {
+            "head": head,
+            "target": loaded.model,
+            "num_steps": p["num_steps"],
+            "topk": p["topk"],
+            "num_draft_tokens": p["num_draft_tokens"],
+            "batch_budget": p["batch_budget"],
+        }
         return options | reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
 
     return build
@@ -105,8 +114,10 @@ def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
 def _existing(path: str | Path, key: str) -> Path:
     path = Path(path)
     if not (path / "config.json").exists():
-        raise ValueError(f"{key}={path}: no checkpoint there (config.json missing); "
-                         f"train one with `speculab train {'eagle' if 'eagle' in key else 'draft'}` or pass {key}=PATH")
+        raise ValueError(
+            f"{key}={path}: no checkpoint there (config.json missing); "
+            f"train one with `speculab train {'eagle' if 'eagle' in key else 'draft'}` or pass {key}=PATH"
+        )
     return path
 
 
@@ -117,17 +128,32 @@ LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding ab
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
-    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None},
-                    lambda p, loaded: dict(p)),
-    "draft": Method({"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, "draft": str(DEFAULT_DRAFT)},
-                    _draft_options, "draft", "draft"),
+    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None}, lambda p, loaded: dict(p)),
+    "draft": Method(
+        {"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"
+    ),
     # batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 4 on, where a
     # verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget").
-    "eagle": Method({"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, "draft_vocab": "auto", LIMIT: None,
-                     "eagle": str(DEFAULT_EAGLE)},
-                    _eagle_options("eagle"), "eagle", "eagle"),
-    "eagle3": Method({"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, LIMIT: None, "eagle": None},
-                     _eagle_options("eagle3"), "eagle", "eagle3"),
+    "eagle": Method(
+        {
+            "num_steps": 3,
+            "topk": 2,
+            "num_draft_tokens": 4,
+            "batch_budget": 4,
+            "draft_vocab": "auto",
+            LIMIT: None,
+            "eagle": str(DEFAULT_EAGLE),
+        },
+        _eagle_options("eagle"),
+        "eagle",
+        "eagle",
+    ),
+    "eagle3": Method(
+        {"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, LIMIT: None, "eagle": None},
+        _eagle_options("eagle3"),
+        "eagle",
+        "eagle3",
+    ),
 }
 
 

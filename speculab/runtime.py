@@ -63,8 +63,11 @@ def load(model_path: str | Path | None = None, dtype: str | None = None, device:
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_native_bf16():
-        print("[speculab] note: this CPU has no AMX/AVX512-BF16; bf16 is emulated and multi-token forwards "
-              "(prefill, verification) are slow. float32 is faster here.", file=sys.stderr)
+        print(
+            "[speculab] note: this CPU has no AMX/AVX512-BF16; bf16 is emulated and multi-token forwards "
+            "(prefill, verification) are slow. float32 is faster here.",
+            file=sys.stderr,
+        )
     path = resolve_model_path(model_path)
     model = load_model(path, DTYPES[dtype], device)
     tokenizer = Tokenizer(path)

@@ -12,8 +12,16 @@ from speculab.models.llama import Transformer
 from speculab.models.loading import build_model, to_speculab_state
 
 TINY_HF = dict(
-    vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_id=2,
 )
 
 
@@ -49,7 +57,9 @@ def tiny_model(seed: int = 0, kind: str = "llama", **overrides) -> Transformer:
     return speculab_from_hf(tiny_hf_model(kind, seed, **overrides))
 
 
-def save_tiny_checkpoint(folder: Path, kind: str = "llama", seed: int = 0, safe: bool = True, shard: str | None = None, **overrides) -> Path:
+def save_tiny_checkpoint(
+    folder: Path, kind: str = "llama", seed: int = 0, safe: bool = True, shard: str | None = None, **overrides
+) -> Path:
     """Write a tiny HF checkpoint folder with a word-level tokenizer.json."""
     model = tiny_hf_model(kind, seed, **overrides)
     if safe:
@@ -62,7 +72,10 @@ def save_tiny_checkpoint(folder: Path, kind: str = "llama", seed: int = 0, safe:
             torch.save(state, folder / "pytorch_model.bin")
         else:
             names = sorted(state)
-            halves = {"pytorch_model-00001-of-00002.bin": names[: len(names) // 2], "pytorch_model-00002-of-00002.bin": names[len(names) // 2 :]}
+            halves = {
+                "pytorch_model-00001-of-00002.bin": names[: len(names) // 2],
+                "pytorch_model-00002-of-00002.bin": names[len(names) // 2 :],
+            }
             for file, keys in halves.items():
                 torch.save({k: state[k] for k in keys}, folder / file)
             weight_map = {k: file for file, keys in halves.items() for k in keys}
@@ -80,13 +93,20 @@ def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")
     tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": "</s>",
-        "chat_template": "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w3{% endif %}",
-    }))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "chat_template": "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w3{% endif %}",
+            }
+        )
+    )
 
 
-def write_eagle_head(folder: Path, target_hf_config, seed: int = 0, fmt: str = "safetensors", bias: bool | None = True, own_embedding: bool = False) -> Path:
+def write_eagle_head(
+    folder: Path, target_hf_config, seed: int = 0, fmt: str = "safetensors", bias: bool | None = True, own_embedding: bool = False
+) -> Path:
     """An EAGLE-1 head with random weights, written in the published layout."""
     from safetensors.torch import save_file
 
@@ -98,9 +118,12 @@ def write_eagle_head(folder: Path, target_hf_config, seed: int = 0, fmt: str = "
     rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.08  # noqa: E731
     state = {
         "fc.weight": rnd(h, 2 * h),
-        "layers.0.self_attn.q_proj.weight": rnd(q, h), "layers.0.self_attn.k_proj.weight": rnd(kv, h),
-        "layers.0.self_attn.v_proj.weight": rnd(kv, h), "layers.0.self_attn.o_proj.weight": rnd(h, q),
-        "layers.0.mlp.gate_proj.weight": rnd(inter, h), "layers.0.mlp.up_proj.weight": rnd(inter, h),
+        "layers.0.self_attn.q_proj.weight": rnd(q, h),
+        "layers.0.self_attn.k_proj.weight": rnd(kv, h),
+        "layers.0.self_attn.v_proj.weight": rnd(kv, h),
+        "layers.0.self_attn.o_proj.weight": rnd(h, q),
+        "layers.0.mlp.gate_proj.weight": rnd(inter, h),
+        "layers.0.mlp.up_proj.weight": rnd(inter, h),
         "layers.0.mlp.down_proj.weight": rnd(h, inter),
         "layers.0.post_attention_layernorm.weight": 1 + rnd(h),
     }
@@ -109,9 +132,17 @@ def write_eagle_head(folder: Path, target_hf_config, seed: int = 0, fmt: str = "
     if own_embedding:
         state["embed_tokens.weight"] = rnd(c.vocab_size, h)
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
-        "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads, "num_hidden_layers": 1,
-        "vocab_size": c.vocab_size, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "num_hidden_layers": 1,
+        "vocab_size": c.vocab_size,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
     }
     if bias is not None:
         config["bias"] = bias
@@ -139,20 +170,51 @@ def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab
     t2d[draft_ids] = True
     m = "midlayer."
     state = {
-        "fc.weight": rnd(h, 3 * h), "norm.weight": 1 + rnd(h), "lm_head.weight": rnd(draft_vocab, h),
-        "d2t": draft_ids - torch.arange(draft_vocab), "t2d": t2d,
-        m + "hidden_norm.weight": 1 + rnd(h), m + "input_layernorm.weight": 1 + rnd(h), m + "post_attention_layernorm.weight": 1 + rnd(h),
-        m + "self_attn.q_proj.weight": rnd(q, 2 * h), m + "self_attn.k_proj.weight": rnd(kv, 2 * h),
-        m + "self_attn.v_proj.weight": rnd(kv, 2 * h), m + "self_attn.o_proj.weight": rnd(h, q),
-        m + "mlp.gate_proj.weight": rnd(inter, h), m + "mlp.up_proj.weight": rnd(inter, h), m + "mlp.down_proj.weight": rnd(h, inter),
+        "fc.weight": rnd(h, 3 * h),
+        "norm.weight": 1 + rnd(h),
+        "lm_head.weight": rnd(draft_vocab, h),
+        "d2t": draft_ids - torch.arange(draft_vocab),
+        "t2d": t2d,
+        m + "hidden_norm.weight": 1 + rnd(h),
+        m + "input_layernorm.weight": 1 + rnd(h),
+        m + "post_attention_layernorm.weight": 1 + rnd(h),
+        m + "self_attn.q_proj.weight": rnd(q, 2 * h),
+        m + "self_attn.k_proj.weight": rnd(kv, 2 * h),
+        m + "self_attn.v_proj.weight": rnd(kv, 2 * h),
+        m + "self_attn.o_proj.weight": rnd(h, q),
+        m + "mlp.gate_proj.weight": rnd(inter, h),
+        m + "mlp.up_proj.weight": rnd(inter, h),
+        m + "mlp.down_proj.weight": rnd(h, inter),
     }
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h, "intermediate_size": inter,
-        "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads, "num_hidden_layers": 1,
-        "vocab_size": vocab, "draft_vocab_size": draft_vocab, "target_hidden_size": h, "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0, "max_position_embeddings": 512,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads,
+        "num_hidden_layers": 1,
+        "vocab_size": vocab,
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": h,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
     }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config))
     save_file(state, str(folder / "model.safetensors"))
     return folder
+
+
+def require_peer_env(env_dir: Path, make_target: str) -> None:
+    """A heavy peer's environment (vLLM, llama.cpp) must exist under `make test` (SPECULAB_REQUIRE_PEERS=1):
+    missing, the test fails there and skips elsewhere."""
+    import os
+
+    import pytest
+
+    if not (env_dir / ".installed").exists():
+        if os.environ.get("SPECULAB_REQUIRE_PEERS"):
+            pytest.fail(f"no environment at {env_dir}: `make test` makes it with `make {make_target}`")
+        pytest.skip(f"no environment at {env_dir}: run `make {make_target}`")

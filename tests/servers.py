@@ -36,8 +36,11 @@ def start_server(tmp_path_factory, *args: str) -> Server:
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "server.log"
     with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "speculab.cli", "serve", "--port", str(port), "--dtype", "float32", *args],
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "speculab.cli", "serve", "--port", str(port), "--dtype", "float32", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

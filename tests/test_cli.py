@@ -12,7 +12,9 @@ from tests.helpers import save_tiny_checkpoint
 
 def test_generate_json_on_a_local_checkpoint(tmp_path, capsys):
     save_tiny_checkpoint(tmp_path)
-    code = main(["generate", "--model", str(tmp_path), "--prompt", "w5 w9 w11", "--max-tokens", "6", "--ignore-eos", "--json", "--dtype", "float32"])
+    code = main(
+        ["generate", "--model", str(tmp_path), "--prompt", "w5 w9 w11", "--max-tokens", "6", "--ignore-eos", "--json", "--dtype", "float32"]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["num_tokens"] == 6 and result["prompt_tokens"] == 3
@@ -34,20 +36,37 @@ def test_clear_error_for_bad_model_folder(tmp_path, capsys):
 @pytest.mark.slow
 def test_generate_embedded_model_subprocess():
     out = subprocess.run(
-        [sys.executable, "-m", "speculab.cli", "generate", "--chat", "--prompt", "Write a Python function that reverses a string.",
-         "--max-tokens", "24", "--json"],
-        capture_output=True, text=True, timeout=600, check=True,
+        [
+            sys.executable,
+            "-m",
+            "speculab.cli",
+            "generate",
+            "--chat",
+            "--prompt",
+            "Write a Python function that reverses a string.",
+            "--max-tokens",
+            "24",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["num_tokens"] > 0 and result["tokens_per_s"] > 0
     assert "def" in result["text"] or "reverse" in result["text"].lower()
 
 
-@pytest.mark.parametrize("method,extra", [
-    ("ngram", []), ("draft", ["--draft", "SELF"]),
-    ("eagle", ["--eagle", "HEAD", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
-    ("eagle3", ["--eagle", "HEAD3", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
-])
+@pytest.mark.parametrize(
+    "method,extra",
+    [
+        ("ngram", []),
+        ("draft", ["--draft", "SELF"]),
+        ("eagle", ["--eagle", "HEAD", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
+        ("eagle3", ["--eagle", "HEAD3", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
+    ],
+)
 def test_generate_speculative_compare_baseline_fp32_is_identical(tmp_path, capsys, method, extra):
     from tests.helpers import tiny_hf_model, write_eagle3_head, write_eagle_head
 
@@ -56,8 +75,25 @@ def test_generate_speculative_compare_baseline_fp32_is_identical(tmp_path, capsy
     write_eagle3_head(tmp_path / "head3", tiny_hf_model().config)
     paths = {"SELF": tmp_path / "target", "HEAD": tmp_path / "head", "HEAD3": tmp_path / "head3"}
     extra = [str(paths[e]) if e in paths else e for e in extra]
-    code = main(["generate", "--model", str(tmp_path / "target"), "--prompt", "w5 w9 w11 w5 w9", "--max-tokens", "12", "--ignore-eos",
-                 "--json", "--dtype", "float32", "--method", method, "--compare-baseline", *extra])
+    code = main(
+        [
+            "generate",
+            "--model",
+            str(tmp_path / "target"),
+            "--prompt",
+            "w5 w9 w11 w5 w9",
+            "--max-tokens",
+            "12",
+            "--ignore-eos",
+            "--json",
+            "--dtype",
+            "float32",
+            "--method",
+            method,
+            "--compare-baseline",
+            *extra,
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["identical"] is True and result["agreement"] == 1.0
@@ -83,8 +119,23 @@ def test_generate_method_specs_and_flags_share_bench_defaults(tmp_path, capsys):
     from speculab.methods import parse_method
 
     save_tiny_checkpoint(tmp_path)
-    args = ["generate", "--model", str(tmp_path), "--prompt", "w5 w9 w5 w9 w5", "--max-tokens", "5", "--ignore-eos", "--json",
-            "--dtype", "float32", "--method", "ngram:num_speculative_tokens=3", "--prompt-lookup-max", "4"]
+    args = [
+        "generate",
+        "--model",
+        str(tmp_path),
+        "--prompt",
+        "w5 w9 w5 w9 w5",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "--json",
+        "--dtype",
+        "float32",
+        "--method",
+        "ngram:num_speculative_tokens=3",
+        "--prompt-lookup-max",
+        "4",
+    ]
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["label"] == parse_method("ngram:num_speculative_tokens=3,prompt_lookup_max=4").label

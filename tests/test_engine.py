@@ -28,7 +28,7 @@ def reference_greedy(model, prompt, n):
     for _ in range(n):
         engine = Engine(model, max_batch=1, max_seq_len=128)
         out.append(engine.generate([out], SamplingParams(max_tokens=1, ignore_eos=True))[0].output_ids[0])
-    return out[len(prompt):]
+    return out[len(prompt) :]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
@@ -73,7 +73,9 @@ def test_stop_tokens_and_streaming(model):
     first_stop = free.index(stop)
     streamed = []
     engine = Engine(model, max_batch=2, max_seq_len=128)
-    (request,) = engine.generate([prompt], SamplingParams(max_tokens=10, stop_token_ids=frozenset({stop})), on_token=lambda e: streamed.extend(e.token_ids))
+    (request,) = engine.generate(
+        [prompt], SamplingParams(max_tokens=10, stop_token_ids=frozenset({stop})), on_token=lambda e: streamed.extend(e.token_ids)
+    )
     assert request.output_ids == free[:first_stop] == streamed
     assert request.finish_reason == "stop"
     assert engine.running == [] and engine.cache.lengths == [0, 0]

@@ -14,29 +14,58 @@ def add_bench_parsers(sub) -> None:
 
     b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
     profile = b.add_mutually_exclusive_group()
-    profile.add_argument("--quick", dest="profile", action="store_const", const="quick",
-                         help="the default: 16 prompts, 16 output tokens, prompt cache on, 1 repeat (CPU, ~10 min)")
-    profile.add_argument("--full", dest="profile", action="store_const", const="full",
-                         help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)")
+    profile.add_argument(
+        "--quick",
+        dest="profile",
+        action="store_const",
+        const="quick",
+        help="the default: 16 prompts, 16 output tokens, prompt cache on, 1 repeat (CPU, ~10 min)",
+    )
+    profile.add_argument(
+        "--full",
+        dest="profile",
+        action="store_const",
+        const="full",
+        help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)",
+    )
     b.set_defaults(profile="quick")
-    b.add_argument("--methods", nargs="+", default=None,
-                   help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4 "
-                        f"(default: {' '.join(DEFAULT_METHODS)}; none when --endpoint is given)")
-    b.add_argument("--endpoint", action="append", default=[], metavar="URL",
-                   help="an OpenAI-compatible server to measure with the same workload (repeatable; e.g. "
-                        "http://127.0.0.1:8000); B streaming requests in flight for batch size B")
-    b.add_argument("--baseline-endpoint", default=None, metavar="URL",
-                   help="a server decoding plainly: the baseline its engine's other endpoints are compared with")
-    b.add_argument("--label", action="append", default=[],
-                   help="a name for each --endpoint, in order (default: engine:method@host)")
+    b.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4 "
+        f"(default: {' '.join(DEFAULT_METHODS)}; none when --endpoint is given)",
+    )
+    b.add_argument(
+        "--endpoint",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an OpenAI-compatible server to measure with the same workload (repeatable; e.g. "
+        "http://127.0.0.1:8000); B streaming requests in flight for batch size B",
+    )
+    b.add_argument(
+        "--baseline-endpoint",
+        default=None,
+        metavar="URL",
+        help="a server decoding plainly: the baseline its engine's other endpoints are compared with",
+    )
+    b.add_argument("--label", action="append", default=[], help="a name for each --endpoint, in order (default: engine:method@host)")
     b.add_argument("--api-key", default=None, help="Bearer key for the endpoints")
     b.add_argument("--served-model", default=None, help="the model name to request (default: the first in /v1/models)")
     b.add_argument("--request-timeout", type=float, default=600.0, help="seconds one HTTP request may take")
-    b.add_argument("--engine", dest="engines", nargs="+", default=["speculab"], choices=["speculab", "vllm", "sglang"],
-                   help="where --methods run: speculab in-process (the default) and/or vLLM or SGLang, launched once per "
-                        "method (speculab launch) and measured over HTTP; e.g. --engine speculab vllm")
-    b.add_argument("--engine-python", default=None,
-                   help="the launched engine's Python (default for vLLM: the environment `make vllm` made)")
+    b.add_argument(
+        "--engine",
+        dest="engines",
+        nargs="+",
+        default=["speculab"],
+        choices=["speculab", "vllm", "sglang"],
+        help="where --methods run: speculab in-process (the default) and/or vLLM or SGLang, launched once per "
+        "method (speculab launch) and measured over HTTP; e.g. --engine speculab vllm",
+    )
+    b.add_argument(
+        "--engine-python", default=None, help="the launched engine's Python (default for vLLM: the environment `make vllm` made)"
+    )
     b.add_argument("--engine-port", type=int, default=8300, help="the port a launched engine listens on (127.0.0.1)")
     b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
@@ -44,11 +73,18 @@ def add_bench_parsers(sub) -> None:
     b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)")
+    b.add_argument(
+        "--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)"
+    )
     b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
     b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")
-    b.add_argument("--prompt-cache", dest="prompt_cache", action="store_true", default=None,
-                   help="reuse each prompt's prefill across cells (default on in --quick)")
+    b.add_argument(
+        "--prompt-cache",
+        dest="prompt_cache",
+        action="store_true",
+        default=None,
+        help="reuse each prompt's prefill across cells (default on in --quick)",
+    )
     b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
     b.add_argument("--model", default=None, help="target checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
     b.add_argument("--dtype", choices=list(DTYPES), default=None)
@@ -83,11 +119,22 @@ def config_from_args(args: argparse.Namespace):
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
-    return BenchConfig(methods=methods, batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, seed=args.seed,
-                       workload=args.workload, profile=args.profile + ("+custom" if custom else ""), dtype=args.dtype,
-                       model=args.model, endpoints=endpoints, request_timeout=args.request_timeout,
-                       engines=tuple(dict.fromkeys(args.engines)), engine_python=args.engine_python, engine_port=args.engine_port,
-                       **chosen)
+    return BenchConfig(
+        methods=methods,
+        batch_sizes=tuple(args.batch_sizes),
+        temperature=args.temperature,
+        seed=args.seed,
+        workload=args.workload,
+        profile=args.profile + ("+custom" if custom else ""),
+        dtype=args.dtype,
+        model=args.model,
+        endpoints=endpoints,
+        request_timeout=args.request_timeout,
+        engines=tuple(dict.fromkeys(args.engines)),
+        engine_python=args.engine_python,
+        engine_port=args.engine_port,
+        **chosen,
+    )
 
 
 def _endpoints(args: argparse.Namespace) -> tuple:

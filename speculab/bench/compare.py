@@ -111,7 +111,13 @@ def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_toke
         streamer = _TimingStreamer()
         with torch.no_grad():
             out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, streamer=streamer
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                pad_token_id=0,
+                streamer=streamer,
             )
         last[:] = [out[0, ids.shape[1] :].tolist()]
         return streamer.times[1], streamer.times[-1]
@@ -231,8 +237,9 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
     head = load_eagle_head(args.eagle, loaded.model)
     static = make_proposer("eagle-static", head=head, target=loaded.model, tree=args.tree)
-    dynamic = make_proposer("eagle", head=head, target=loaded.model, num_steps=args.num_steps, topk=args.topk,
-                            num_draft_tokens=args.num_draft_tokens)
+    dynamic = make_proposer(
+        "eagle", head=head, target=loaded.model, num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens
+    )
     ours_static, static_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats, static)
     ours_dynamic, _ = speculab_side(loaded, prompts, args.max_tokens, args.repeats, dynamic)
     python = Path(args.reference_python or cache_dir() / REFERENCE_VENV / "bin" / "python")
@@ -242,9 +249,26 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompts[0], f)
     head_dir = reference_head_folder(Path(args.eagle), Path(tempfile.mkdtemp(prefix="speculab-eagle-ref-")), loaded.path)
-    cmd = [str(python), str(runner), "--base", str(loaded.path), "--head", str(head_dir), "--prompt-ids-file", f.name,
-           "--max-new-tokens", str(args.max_tokens), "--repeats", str(args.repeats), "--tree", args.tree,
-           "--threads", str(torch.get_num_threads()), "--dtype", loaded.dtype]
+    cmd = [
+        str(python),
+        str(runner),
+        "--base",
+        str(loaded.path),
+        "--head",
+        str(head_dir),
+        "--prompt-ids-file",
+        f.name,
+        "--max-new-tokens",
+        str(args.max_tokens),
+        "--repeats",
+        str(args.repeats),
+        "--tree",
+        args.tree,
+        "--threads",
+        str(torch.get_num_threads()),
+        "--dtype",
+        loaded.dtype,
+    ]
     if args.reference_path:
         cmd += ["--reference-path", str(args.reference_path)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -253,13 +277,23 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
         raise RuntimeError(f"the EAGLE reference run failed:\n{done.stderr[-3000:]}")
     ref = json.loads(done.stdout.strip().splitlines()[-1])
     return {
-        "peer": "eagle-reference", "dtype": loaded.dtype, "batch_size": 1, "prompt_tokens": len(prompts[0]),
-        "max_tokens": args.max_tokens, "repeats": args.repeats, "threads": torch.get_num_threads(), "tree": args.tree,
+        "peer": "eagle-reference",
+        "dtype": loaded.dtype,
+        "batch_size": 1,
+        "prompt_tokens": len(prompts[0]),
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "tree": args.tree,
         "eagle": str(args.eagle),
-        "speculab_static_tok_s": ours_static["tok_s"], "speculab_static_tau": ours_static["tau"],
-        "speculab_dynamic_tok_s": ours_dynamic["tok_s"], "speculab_dynamic_tau": ours_dynamic["tau"],
+        "speculab_static_tok_s": ours_static["tok_s"],
+        "speculab_static_tau": ours_static["tau"],
+        "speculab_dynamic_tok_s": ours_dynamic["tok_s"],
+        "speculab_dynamic_tau": ours_dynamic["tau"],
         "dynamic_tree": {"num_steps": args.num_steps, "topk": args.topk, "num_draft_tokens": args.num_draft_tokens},
-        "reference_tok_s": ref["tok_s"], "reference_tau": ref["tau"], "reference_timing": ref.get("timing"),
+        "reference_tok_s": ref["tok_s"],
+        "reference_tau": ref["tau"],
+        "reference_timing": ref.get("timing"),
         "ratio": ours_static["tok_s"] / ref["tok_s"],
         "ratio_dynamic": ours_dynamic["tok_s"] / ref["tok_s"],
         "greedy_agreement": agreement(static_tokens, ref["tokens"]),

@@ -36,15 +36,28 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return n if n is not None else (None if len(a) == len(b) else min(len(a), len(b)))
 
 
-@torch.no_grad()
 def divergences(loaded, prompts: list[list[int]], outputs: list[str], reference: list[str]) -> list[Divergence]:
-    """One Divergence per prompt whose output text differs from the reference's (prompts: chat token ids)."""
-    tok, model = loaded.tokenizer, loaded.model
+    """One Divergence per prompt whose output text differs from the reference's (prompts: chat token ids); both
+    texts are tokenised by the target's tokenizer (a server may return text only)."""
+    tok = loaded.tokenizer
+    pairs = [
+        (tok.encode(ref, add_bos=False), tok.encode(out, add_bos=False)) if out != ref else None for out, ref in zip(outputs, reference)
+    ]
+    return _found(loaded.model, prompts, pairs)
+
+
+def token_divergences(loaded, prompts: list[list[int]], outputs: list[list[int]], reference: list[list[int]]) -> list[Divergence]:
+    """The same for token ids, as in-process cells have them."""
+    return _found(loaded.model, prompts, [(ref, out) if out != ref else None for out, ref in zip(outputs, reference)])
+
+
+@torch.no_grad()
+def _found(model, prompts: list[list[int]], pairs: list[tuple[list[int], list[int]] | None]) -> list[Divergence]:
     found = []
-    for i, (ids, out, ref) in enumerate(zip(prompts, outputs, reference)):
-        if out == ref:
+    for i, (ids, pair) in enumerate(zip(prompts, pairs)):
+        if pair is None:
             continue
-        a, b = tok.encode(ref, add_bos=False), tok.encode(out, add_bos=False)
+        a, b = pair
         j = first_difference(a, b)
         if j is None or j >= len(a) or j >= len(b):
             continue  # one output stops where the other goes on: a length difference, not a choice between tokens
@@ -57,5 +70,8 @@ def divergences(loaded, prompts: list[list[int]], outputs: list[str], reference:
 
 
 def divergence_fields(found: list[Divergence]) -> dict:
-    return {"divergences": [asdict(d) for d in found], "all_near_ties": all(d.near_tie for d in found),
-            "max_logprob_gap": max((abs(d.logprob_gap) for d in found), default=None)}
+    return {
+        "divergences": [asdict(d) for d in found],
+        "all_near_ties": all(d.near_tie for d in found),
+        "max_logprob_gap": max((abs(d.logprob_gap) for d in found), default=None),
+    }

@@ -95,8 +95,7 @@ def _fix_rotary(module, theta, torch):
             m.base = theta
             inv = 1.0 / (theta ** (torch.arange(0, m.dim, 2, dtype=torch.float32) / m.dim))
             m.inv_freq = inv.to(m.inv_freq.device)
-            m._set_cos_sin_cache(seq_len=m.max_position_embeddings,
-                                 device=m.inv_freq.device, dtype=torch.float32)
+            m._set_cos_sin_cache(seq_len=m.max_position_embeddings, device=m.inv_freq.device, dtype=torch.float32)
             n += 1
     return n
 
@@ -118,19 +117,20 @@ def main():
     ap.add_argument("--prompt-ids-file", required=True, help="JSON list of token ids")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--tree", default="mc_sim_7b_63",
-                    help="name in eagle.model.choices, or a JSON list of paths")
+    ap.add_argument("--tree", default="mc_sim_7b_63", help="name in eagle.model.choices, or a JSON list of paths")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--no-rope-fix", action="store_true")
-    ap.add_argument("--reference-path", default=None,
-                    help="a local clone of the reference code (its `eagle` package is imported from there)")
+    ap.add_argument(
+        "--reference-path", default=None, help="a local clone of the reference code (its `eagle` package is imported from there)"
+    )
     args = ap.parse_args()
     if args.reference_path:
         sys.path.insert(0, args.reference_path)
 
     import torch
     import transformers
+
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
@@ -161,8 +161,7 @@ def main():
     eam.initialize_tree, eam.tree_decoding = initialize_tree, tree_decoding
 
     t0 = time.perf_counter()
-    model = eam.EaModel.from_pretrained(base_model_path=args.base, ea_model_path=args.head,
-                                        torch_dtype=dtype)
+    model = eam.EaModel.from_pretrained(base_model_path=args.base, ea_model_path=args.head, torch_dtype=dtype)
     model.eval()
     notes = []
     if not args.no_rope_fix:
@@ -176,8 +175,7 @@ def main():
         model.ea_layer.tree_buffer = cnets.generate_tree_buffers(tree, torch.device("cpu"))
     emb, lm = model.base_model.model.embed_tokens.weight, model.base_model.lm_head.weight
     tied = emb.data_ptr() == lm.data_ptr() or bool(torch.equal(emb, lm))
-    print(f"loaded in {time.perf_counter() - t0:.1f}s; lm_head tied to embed: {tied}; "
-          + "; ".join(notes), file=sys.stderr)
+    print(f"loaded in {time.perf_counter() - t0:.1f}s; lm_head tied to embed: {tied}; " + "; ".join(notes), file=sys.stderr)
 
     with open(args.prompt_ids_file) as f:
         prompt = json.load(f)
@@ -188,48 +186,58 @@ def main():
         stats["verify"], stats["t_prefill_end"] = 0, None
         t_start = time.perf_counter()
         out = input_ids
-        for out in model.ea_generate(input_ids, temperature=0.0, max_steps=10 * N + 10,
-                                     tree_choices=tree):
+        for out in model.ea_generate(input_ids, temperature=0.0, max_steps=10 * N + 10, tree_choices=tree):
             if out.shape[1] - L >= N:
                 break
         t_end = time.perf_counter()
         committed = out.shape[1] - L
         dec_t = t_end - stats["t_prefill_end"]
-        return {"ids": out[0, L:L + N].tolist(), "committed": committed,
-                "verify": stats["verify"], "decode_s": dec_t,
-                "prefill_s": stats["t_prefill_end"] - t_start}
+        return {
+            "ids": out[0, L : L + N].tolist(),
+            "committed": committed,
+            "verify": stats["verify"],
+            "decode_s": dec_t,
+            "prefill_s": stats["t_prefill_end"] - t_start,
+        }
 
     with torch.inference_mode():
         run_once()  # warm-up
         runs = [run_once() for _ in range(args.repeats)]
 
     for i, r in enumerate(runs):
-        print(f"run {i}: prefill {r['prefill_s'] * 1e3:.0f} ms, decode {r['decode_s']:.3f}s, "
-              f"{r['committed']} tokens / {r['verify']} verify passes", file=sys.stderr)
+        print(
+            f"run {i}: prefill {r['prefill_s'] * 1e3:.0f} ms, decode {r['decode_s']:.3f}s, "
+            f"{r['committed']} tokens / {r['verify']} verify passes",
+            file=sys.stderr,
+        )
     tok_s = [r["committed"] / r["decode_s"] for r in runs]
     committed = sum(r["committed"] for r in runs)
     verify = sum(r["verify"] for r in runs)
     last = runs[-1]
-    print(json.dumps({
-        "tok_s": statistics.median(tok_s),
-        "runs_tok_s": tok_s,
-        "tau": committed / verify,
-        "new_tokens": len(last["ids"]),
-        "tokens": last["ids"],
-        "timing": "decode-only",
-        "transformers": transformers.__version__,
-        "eagle_llm": "1.2.1",
-        "torch": torch.__version__,
-        "dtype": args.dtype,
-        "threads": torch.get_num_threads(),
-        "tree": args.tree,
-        "prompt_len": L,
-        "verify_passes": [r["verify"] for r in runs],
-        "committed_tokens": [r["committed"] for r in runs],
-        "prefill_s": [r["prefill_s"] for r in runs],
-        "rope_fix": not args.no_rope_fix,
-        "lm_head_tied": tied,
-    }))
+    print(
+        json.dumps(
+            {
+                "tok_s": statistics.median(tok_s),
+                "runs_tok_s": tok_s,
+                "tau": committed / verify,
+                "new_tokens": len(last["ids"]),
+                "tokens": last["ids"],
+                "timing": "decode-only",
+                "transformers": transformers.__version__,
+                "eagle_llm": "1.2.1",
+                "torch": torch.__version__,
+                "dtype": args.dtype,
+                "threads": torch.get_num_threads(),
+                "tree": args.tree,
+                "prompt_len": L,
+                "verify_passes": [r["verify"] for r in runs],
+                "committed_tokens": [r["committed"] for r in runs],
+                "prefill_s": [r["prefill_s"] for r in runs],
+                "rope_fix": not args.no_rope_fix,
+                "lm_head_tied": tied,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

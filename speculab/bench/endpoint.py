@@ -122,8 +122,16 @@ class RequestResult:
     queued: float = 0.0  # waiting in the client for one of the batch size's places
 
 
-async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo, item: WorkloadItem, body: dict,
-               gate: asyncio.Semaphore, timeout: float, scrape_each: bool = False) -> RequestResult:
+async def _one(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    info: EndpointInfo,
+    item: WorkloadItem,
+    body: dict,
+    gate: asyncio.Semaphore,
+    timeout: float,
+    scrape_each: bool = False,
+) -> RequestResult:
     """One streaming chat request; a failure is recorded in the result, never raised. With ``scrape_each`` (batch 1:
     nothing else runs meanwhile) ``/metrics`` is read around it, outside its timings, and a server that returns no
     per-response stats (vLLM) still gets per-request figures, hence acceptance by language."""
@@ -135,9 +143,16 @@ async def _one(client: httpx.AsyncClient, endpoint: Endpoint, info: EndpointInfo
         result.queued = result.start - created
         chunks, final = [], {}
         try:
-            async with asyncio.timeout(timeout), aconnect_sse(client, "POST", f"{endpoint.root}/v1/chat/completions",
-                                                               json=body | {"model": info.model, "messages": item.message_dicts()},
-                                                               headers=endpoint.headers) as source:
+            async with (
+                asyncio.timeout(timeout),
+                aconnect_sse(
+                    client,
+                    "POST",
+                    f"{endpoint.root}/v1/chat/completions",
+                    json=body | {"model": info.model, "messages": item.message_dicts()},
+                    headers=endpoint.headers,
+                ) as source,
+            ):
                 if source.response.status_code != 200:
                     await source.response.aread()
                     raise RuntimeError(f"HTTP {source.response.status_code}: {source.response.text[:300]}")
@@ -186,12 +201,17 @@ def _summary(values: list[float], name: str) -> dict:
     ms = [v * 1000 for v in values]
     if not ms:
         return {f"{k}_{name}_ms": None for k in ("mean", "median", "std", "p99")}
-    return {f"mean_{name}_ms": statistics.fmean(ms), f"median_{name}_ms": statistics.median(ms),
-            f"std_{name}_ms": statistics.pstdev(ms), f"p99_{name}_ms": percentile(ms, 0.99)}
+    return {
+        f"mean_{name}_ms": statistics.fmean(ms),
+        f"median_{name}_ms": statistics.median(ms),
+        f"std_{name}_ms": statistics.pstdev(ms),
+        f"p99_{name}_ms": percentile(ms, 0.99),
+    }
 
 
-async def run_requests(endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, bodies: list[dict],
-                       timeout: float, bar: tqdm | None) -> tuple[list[RequestResult], float, SpecCounters]:
+async def run_requests(
+    endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, bodies: list[dict], timeout: float, bar: tqdm | None
+) -> tuple[list[RequestResult], float, SpecCounters]:
     """Every item once, ``batch_size`` in flight; returns the results (item order), the wall time and the counter delta."""
     limits = httpx.Limits(max_connections=batch_size + 4, max_keepalive_connections=batch_size + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0), limits=limits) as client:
@@ -220,12 +240,21 @@ def cell_figures(results: list[RequestResult], wall: float, counters: SpecCounte
     itl = [x for r in done for x in r.itl]
     e2el = [r.e2el for r in done]
     figures = {
-        "completed": len(done), "failed": len(results) - len(done), "errors": [r.error for r in results if r.error][:5],
-        "duration": wall, "total_output_tokens": out_tokens, "request_throughput": len(done) / wall if wall else None,
+        "completed": len(done),
+        "failed": len(results) - len(done),
+        "errors": [r.error for r in results if r.error][:5],
+        "duration": wall,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(done) / wall if wall else None,
         "output_throughput": out_tokens / wall if wall else None,
-        **_summary(ttft, "ttft"), **_summary(tpot, "tpot"), **_summary(itl, "itl"), **_summary(e2el, "e2el"),
+        **_summary(ttft, "ttft"),
+        **_summary(tpot, "tpot"),
+        **_summary(itl, "itl"),
+        **_summary(e2el, "e2el"),
     }
-    per_request = [(r.output_tokens - 1) / (r.e2el - r.ttft) for r in done if r.ttft is not None and r.output_tokens > 1 and r.e2el > r.ttft]
+    per_request = [
+        (r.output_tokens - 1) / (r.e2el - r.ttft) for r in done if r.ttft is not None and r.output_tokens > 1 and r.e2el > r.ttft
+    ]
     figures |= {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
     for name, values in (("ttft", ttft), ("queue", [r.queued for r in done]), ("tpot", tpot), ("itl", itl)):
         figures[f"{name}_p50_s"] = percentile(values, 0.5)  # the same definition as the in-process cells'
@@ -254,8 +283,13 @@ def _acceptance(done: list[RequestResult], counters: SpecCounters) -> dict:
 def _from_responses(specs: list[ResponseSpec]) -> dict:
     steps, accepted = sum(s.steps for s in specs), sum(s.accepted for s in specs)
     drafted = sum(s.drafted for s in specs) if all(s.drafted is not None for s in specs) else None
-    return {"tau": (steps + accepted) / steps if steps else None, "acceptance_rate": accepted / drafted if drafted else None,
-            "steps": steps, "accepted_tokens": accepted, "draft_tokens": drafted}
+    return {
+        "tau": (steps + accepted) / steps if steps else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "steps": steps,
+        "accepted_tokens": accepted,
+        "draft_tokens": drafted,
+    }
 
 
 def text_agreement(outputs: list[str], reference: list[str]) -> float:
@@ -268,8 +302,9 @@ def text_agreement(outputs: list[str], reference: list[str]) -> float:
     return same / total if total else 1.0
 
 
-def measure_endpoint_cell(endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg,
-                          reference: list[str] | None, bar: tqdm | None) -> dict:
+def measure_endpoint_cell(
+    endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, reference: list[str] | None, bar: tqdm | None
+) -> dict:
     """One cell: ``cfg.repeats`` passes over the items (the median pass's figures), greedy agreement with
     ``reference`` (its engine's baseline texts at this batch size) at temperature 0."""
     base = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
@@ -286,10 +321,27 @@ def measure_endpoint_cell(endpoint: Endpoint, info: EndpointInfo, items: list[Wo
     texts = [r.text for r in results]
     greedy = cfg.temperature == 0 and reference is not None
     return {
-        "kind": "cell", "transport": "http", "method": info.method, "label": info.label, "engine": info.engine,
-        "engine_version": info.engine_version, "endpoint": endpoint.root, "served_model": info.model, "server_command": info.command,
-        "params": {}, "batch_size": batch_size, "num_prompts": len(items), "repeats": cfg.repeats, "output_tokens": figures["total_output_tokens"],
-        "wall_s": figures["duration"], "tok_s": tok_s, "tok_s_repeats": sorted(p[0] for p in passes), **figures,
-        "greedy_identical": (texts == reference) if greedy else None, "agreement": text_agreement(texts, reference) if greedy else None,
-        "prompt_cache": False, "stopped": sum(r.finish_reason == "stop" for r in results), "output_texts": texts,
+        "kind": "cell",
+        "transport": "http",
+        "method": info.method,
+        "label": info.label,
+        "engine": info.engine,
+        "engine_version": info.engine_version,
+        "endpoint": endpoint.root,
+        "served_model": info.model,
+        "server_command": info.command,
+        "params": {},
+        "batch_size": batch_size,
+        "num_prompts": len(items),
+        "repeats": cfg.repeats,
+        "output_tokens": figures["total_output_tokens"],
+        "wall_s": figures["duration"],
+        "tok_s": tok_s,
+        "tok_s_repeats": sorted(p[0] for p in passes),
+        **figures,
+        "greedy_identical": (texts == reference) if greedy else None,
+        "agreement": text_agreement(texts, reference) if greedy else None,
+        "prompt_cache": False,
+        "stopped": sum(r.finish_reason == "stop" for r in results),
+        "output_texts": texts,
     }

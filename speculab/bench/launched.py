@@ -27,8 +27,20 @@ def engine_label(engine: str, spec: MethodSpec) -> str:
     return f"{engine}:{spec.label}"
 
 
-def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, results, run_id: str,
-                   reference_model, bar: tqdm | None, progress: bool, speculab_texts: dict[int, list[str]] | None = None) -> None:
+def measure_engine(
+    engine: str,
+    cfg,
+    items,
+    target: Path,
+    out: Path,
+    done: set,
+    results,
+    run_id: str,
+    reference_model,
+    bar: tqdm | None,
+    progress: bool,
+    speculab_texts: dict[int, list[str]] | None = None,
+) -> None:
     """Every method of ``cfg`` on ``engine``, each batch size not yet ``done``; cells go to ``results``.
     ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with."""
     from speculab.launch.prepare import prepare
@@ -46,8 +58,9 @@ def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, 
             bar.set_postfix_str(f"starting {label}")
         with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=progress):
             endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
-            info = dataclasses.replace(probe_all([endpoint])[endpoint], method=spec.name, engine=engine,
-                                       engine_version=str(plan.version), command=plan.shell())
+            info = dataclasses.replace(
+                probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
+            )
             _warm_up(endpoint, info, items, cfg)
             for batch_size in sizes:
                 if bar is not None:
@@ -58,8 +71,9 @@ def measure_engine(engine: str, cfg, items, target: Path, out: Path, done: set, 
                     texts[batch_size] = cell["output_texts"]
                     cell |= _against_speculab(cell, (speculab_texts or {}).get(batch_size), reference_model, items, cfg)
                 elif cell["greedy_identical"] is False:
-                    cell |= divergence_fields(divergences(reference_model(), _prompt_ids(reference_model(), items),
-                                                          cell["output_texts"], texts[batch_size]))
+                    cell |= divergence_fields(
+                        divergences(reference_model(), _prompt_ids(reference_model(), items), cell["output_texts"], texts[batch_size])
+                    )
                 results.append({"run_id": run_id, **cell})
 
 
@@ -71,8 +85,12 @@ def _against_speculab(cell: dict, ours: list[str] | None, reference_model, items
     theirs = cell["output_texts"]
     found = divergences(reference_model(), _prompt_ids(reference_model(), items), theirs, ours)
     fields = divergence_fields(found)
-    return {"identical_to_speculab": theirs == ours, "agreement_with_speculab": text_agreement(theirs, ours),
-            "speculab_divergences": fields["divergences"], "speculab_divergences_near_ties": fields["all_near_ties"]}
+    return {
+        "identical_to_speculab": theirs == ours,
+        "agreement_with_speculab": text_agreement(theirs, ours),
+        "speculab_divergences": fields["divergences"],
+        "speculab_divergences_near_ties": fields["all_near_ties"],
+    }
 
 
 def _warm_up(endpoint: Endpoint, info, items, cfg) -> None:

@@ -93,13 +93,9 @@ def ensure_bf16_gguf(src_gguf: Path, dst_gguf: Path) -> Path:
     logger.setLevel(logging.ERROR)
     try:
         llama_cpp.llama_backend_init()
-        rc = llama_cpp.llama_model_quantize(
-            str(src_gguf).encode(), str(tmp).encode(), params
-        )
+        rc = llama_cpp.llama_model_quantize(str(src_gguf).encode(), str(tmp).encode(), params)
         if rc != 0:
-            raise RuntimeError(
-                f"llama_model_quantize({src_gguf} -> BF16) failed with code {rc}"
-            )
+            raise RuntimeError(f"llama_model_quantize({src_gguf} -> BF16) failed with code {rc}")
         os.replace(tmp, dst_gguf)
     finally:
         logger.setLevel(old_level)
@@ -205,8 +201,15 @@ def measure_llamacpp(
     }
 
 
-def run_llamacpp(gguf: Path, prompt_ids: list[int], max_new_tokens: int, repeats: int, n_threads: int,
-                 bf16_from: Path | None = None, python: Path | None = None) -> dict:
+def run_llamacpp(
+    gguf: Path,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    repeats: int,
+    n_threads: int,
+    bf16_from: Path | None = None,
+    python: Path | None = None,
+) -> dict:
     """``measure_llamacpp`` in llama.cpp's own environment (made on first use); with ``bf16_from``, ``gguf`` is
     first written as that GGUF's BF16 copy. Returns the measurement with ``llama_cpp_version``."""
     from speculab.environments import llamacpp_python
@@ -214,8 +217,20 @@ def run_llamacpp(gguf: Path, prompt_ids: list[int], max_new_tokens: int, repeats
     python = python or llamacpp_python(create=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([int(t) for t in prompt_ids], f)
-    argv = [str(python), __file__, "--gguf", str(gguf), "--prompt-ids-file", f.name, "--max-new-tokens", str(max_new_tokens),
-            "--repeats", str(repeats), "--threads", str(n_threads)] + (["--bf16-from", str(bf16_from)] if bf16_from else [])
+    argv = [
+        str(python),
+        __file__,
+        "--gguf",
+        str(gguf),
+        "--prompt-ids-file",
+        f.name,
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--repeats",
+        str(repeats),
+        "--threads",
+        str(n_threads),
+    ] + (["--bf16-from", str(bf16_from)] if bf16_from else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True)
     finally:

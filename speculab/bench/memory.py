@@ -100,8 +100,9 @@ def model_tensors(cfg: ModelConfig) -> ModelTensors:
     )
 
 
-def eagle_head_tensors(head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False,
-                       reduced_vocab: int | None = None) -> ModelTensors:
+def eagle_head_tensors(
+    head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False, reduced_vocab: int | None = None
+) -> ModelTensors:
     """An EAGLE-1/2 head sized by ``head_cfg`` (the target's config for the published heads).
 
     fc: cat(embedding, feature) 2H → H, with bias as in EAGLE-1's layout; one decoder layer whose input
@@ -177,7 +178,9 @@ def kv_bytes_per_token(cfg: ModelConfig, dtype_bytes: float, num_layers: int | N
     return math.ceil(2 * layers * kv_heads_per_device(cfg.num_kv_heads, tensor_parallel) * cfg.head_dim * dtype_bytes)
 
 
-def drafter_tensors(drafter_kind: str | None, target_cfg: ModelConfig, drafter_cfg: ModelConfig | None, **head_options: Any) -> ModelTensors | None:
+def drafter_tensors(
+    drafter_kind: str | None, target_cfg: ModelConfig, drafter_cfg: ModelConfig | None, **head_options: Any
+) -> ModelTensors | None:
     """The drafter's tensors: a draft model's (``drafter_cfg``), or an EAGLE head's (sized by ``drafter_cfg``, else the target)."""
     if drafter_kind not in DRAFTER_KINDS:
         raise ValueError(f"drafter kind {drafter_kind!r}: expected one of {DRAFTER_KINDS}")

@@ -66,8 +66,9 @@ class BenchConfig:
     def record(self) -> dict:
         d = asdict(self)
         d["methods"] = [m.label for m in self.methods]
-        d["endpoints"] = [{"url": e.root, "label": e.label, "served_model": e.served_model, "baseline": e.baseline}
-                          for e in self.endpoints]  # never the API key
+        d["endpoints"] = [
+            {"url": e.root, "label": e.label, "served_model": e.served_model, "baseline": e.baseline} for e in self.endpoints
+        ]  # never the API key
         d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
         return d
 
@@ -152,11 +153,14 @@ def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
         total.merge(r.stats)
         by_domain.setdefault(item.domain, SpecStats()).merge(r.stats)
     return {
-        "tau": total.mean_acceptance_length, "acceptance_rate": total.acceptance_rate,
+        "tau": total.mean_acceptance_length,
+        "acceptance_rate": total.acceptance_rate,
         "acceptance_by_domain": {d: s.acceptance_rate for d, s in sorted(by_domain.items())},
         "tau_by_domain": {d: s.mean_acceptance_length for d, s in sorted(by_domain.items())},
-        "accepted_per_position": total.accepted_per_position, "steps": total.steps,
-        "draft_tokens": total.draft_tokens, "accepted_tokens": total.accepted_tokens,
+        "accepted_per_position": total.accepted_per_position,
+        "steps": total.steps,
+        "draft_tokens": total.draft_tokens,
+        "accepted_tokens": total.accepted_tokens,
     }
 
 
@@ -196,8 +200,7 @@ def run_once(target: Target, proposer, batch_size: int, params: list[SamplingPar
 
 
 def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
-    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i)
-              for i in range(len(target.prompts))]
+    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
     runs = []
     reset_peak_memory()
     for _ in range(cfg.repeats):
@@ -213,15 +216,34 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
     reference = target.baseline_outputs.get(batch_size) or next(iter(target.baseline_outputs.values()), None)
     greedy = cfg.temperature == 0 and reference is not None
     return {
-        "kind": "cell", "method": spec.name, "label": spec.label, "params": spec.params, "batch_size": batch_size,
-        "num_prompts": len(requests), "repeats": cfg.repeats, "output_tokens": tokens, "wall_s": wall,
-        "tok_s": tok_s, "tok_s_repeats": sorted(run[0] for run in runs), **_timings(requests),
-        **_stats(requests, target.items), "peak_rss_bytes": peak_memory(),
+        "kind": "cell",
+        "method": spec.name,
+        "label": spec.label,
+        "params": spec.params,
+        "batch_size": batch_size,
+        "num_prompts": len(requests),
+        "repeats": cfg.repeats,
+        "output_tokens": tokens,
+        "wall_s": wall,
+        "tok_s": tok_s,
+        "tok_s_repeats": sorted(run[0] for run in runs),
+        **_timings(requests),
+        **_stats(requests, target.items),
+        "peak_rss_bytes": peak_memory(),
         "greedy_identical": (outputs == reference) if greedy else None,
         "agreement": _agreement(outputs, reference) if greedy else None,
-        "prompt_cache": target.cache is not None, "stopped": sum(r.finish_reason == "stop" for r in requests),
+        **(_divergence_fields(target, outputs, reference) if greedy and outputs != reference else {}),
+        "prompt_cache": target.cache is not None,
+        "stopped": sum(r.finish_reason == "stop" for r in requests),
         **({"outputs": outputs} if spec.name == "baseline" else {}),
     }
+
+
+def _divergence_fields(target: Target, outputs: list[list[int]], reference: list[list[int]]) -> dict:
+    """Where the output parts from the baseline's, and the target's log-probability gap there (a near-tie or not)."""
+    from speculab.bench.divergence import divergence_fields, token_divergences
+
+    return divergence_fields(token_divergences(target.loaded, target.prompts, outputs, reference))
 
 
 # -- the matrix -------------------------------------------------------------------------------
@@ -244,10 +266,17 @@ def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool, endpoints:
             if (path := drafter_path(spec)) is not None:
                 drafters[spec.label] = model_record(path)
         models = {"target": model_record(loaded.path), "drafters": drafters}
-    return {"kind": "run", "run_id": run_id, "started": datetime.now(UTC).isoformat(timespec="seconds"),
-            "resumed": resumed, "config": cfg.record() | {"dtype": loaded.dtype if loaded is not None else None},
-            "testbed": testbed(), "models": models, "memory": memory,
-            "endpoints": {info.label: asdict(info) | {"url": ep.root} for ep, info in endpoints.items()}}
+    return {
+        "kind": "run",
+        "run_id": run_id,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "resumed": resumed,
+        "config": cfg.record() | {"dtype": loaded.dtype if loaded is not None else None},
+        "testbed": testbed(),
+        "models": models,
+        "memory": memory,
+        "endpoints": {info.label: asdict(info) | {"url": ep.root} for ep, info in endpoints.items()},
+    }
 
 
 def _previous_references(previous: list[dict], run_id: str, target: Target | None, texts: dict) -> None:
@@ -275,7 +304,9 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     results.truncate_partial_line()
 
     endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
-    loaded, items, prompts = _prepare(cfg) if cfg.in_process else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
+    loaded, items, prompts = (
+        _prepare(cfg) if cfg.in_process else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
+    )
     results.append(_run_record(cfg, run_id, loaded, bool(done), endpoints))
     target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None) if loaded is not None else None
     texts: dict[tuple, list[str]] = {}  # (engine, batch size) -> its baseline endpoint's outputs
@@ -296,8 +327,10 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         for what, batch_size in todo:
             bar.set_postfix_str(f"{_label(what)} b{batch_size}")
             if isinstance(what, MethodSpec):
-                cell = measure_cell(target, what, options_of[what.label], batch_size, cfg, bar) | {"transport": "in-process",
-                                                                                                  "engine": "speculab"}
+                cell = measure_cell(target, what, options_of[what.label], batch_size, cfg, bar) | {
+                    "transport": "in-process",
+                    "engine": "speculab",
+                }
             else:
                 endpoint, info = what
                 reference = texts.get((info.engine, batch_size))

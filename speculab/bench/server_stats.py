@@ -40,8 +40,10 @@ class SpecCounters:
     per_position: dict[int, float] = field(default_factory=dict)  # position -> accepted tokens
 
     def __sub__(self, before: SpecCounters) -> SpecCounters:
-        return SpecCounters({k: v - before.values.get(k, 0.0) for k, v in self.values.items()},
-                            {p: v - before.per_position.get(p, 0.0) for p, v in self.per_position.items()})
+        return SpecCounters(
+            {k: v - before.values.get(k, 0.0) for k, v in self.values.items()},
+            {p: v - before.per_position.get(p, 0.0) for p, v in self.per_position.items()},
+        )
 
     @property
     def present(self) -> bool:
@@ -55,16 +57,27 @@ class SpecCounters:
         """tau, acceptance_rate and accepted_per_position from counter deltas; None where the server gives no counter."""
         if not self.present and self.sglang_steps > 0:
             steps, emitted = self.sglang_steps, self.values.get("sglang_generation_tokens", 0.0)
-            return {"tau": emitted / steps, "acceptance_rate": None, "accepted_per_position": [], "draft_tokens": None,
-                    "accepted_tokens": int(emitted - steps), "steps": int(steps)}
+            return {
+                "tau": emitted / steps,
+                "acceptance_rate": None,
+                "accepted_per_position": [],
+                "draft_tokens": None,
+                "accepted_tokens": int(emitted - steps),
+                "steps": int(steps),
+            }
         if not self.present:
             return {"tau": None, "acceptance_rate": None, "accepted_per_position": [], "draft_tokens": None, "accepted_tokens": None}
         accepted, drafted = self.values["num_accepted_tokens"], self.values["num_draft_tokens"]
         drafts = self.values.get("num_drafts")
         positions = [int(self.per_position.get(p, 0)) for p in range(max(self.per_position, default=-1) + 1)]
-        return {"tau": 1 + accepted / drafts if drafts else None, "acceptance_rate": accepted / drafted if drafted else None,
-                "accepted_per_position": positions, "draft_tokens": int(drafted), "accepted_tokens": int(accepted),
-                "steps": int(drafts) if drafts is not None else None}
+        return {
+            "tau": 1 + accepted / drafts if drafts else None,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "accepted_per_position": positions,
+            "draft_tokens": int(drafted),
+            "accepted_tokens": int(accepted),
+            "steps": int(drafts) if drafts is not None else None,
+        }
 
 
 def parse_spec_counters(text: str) -> SpecCounters:
@@ -100,8 +113,11 @@ def response_spec(body: dict, completion_tokens: int | None = None) -> ResponseS
     """The per-response stats in a response or its last stream chunk, from speculab/vLLM or SGLang; None if absent."""
     spec = (body.get("metrics") or {}).get("speculative_decoding")
     if spec:
-        return ResponseSpec(int(spec.get("num_verify_steps") or spec.get("num_drafts") or 0), int(spec["num_accepted_draft_tokens"]),
-                            spec.get("num_draft_tokens"))
+        return ResponseSpec(
+            int(spec.get("num_verify_steps") or spec.get("num_drafts") or 0),
+            int(spec["num_accepted_draft_tokens"]),
+            spec.get("num_draft_tokens"),
+        )
     meta = (body.get("sglext") or {}).get("spec_tokens_details") or body.get("meta_info") or {}
     if meta.get("spec_verify_ct"):
         steps = int(meta["spec_verify_ct"])

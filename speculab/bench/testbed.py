@@ -32,9 +32,18 @@ def testbed() -> dict:
     except metadata.PackageNotFoundError:
         version = "unknown"
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"os": platform.platform(), "kernel": platform.release(), "cpu": cpu_name(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "ram_bytes": ram_bytes(), "gpu": gpu,
-            "python": platform.python_version(), "torch": torch.__version__, "speculab": version}
+    return {
+        "os": platform.platform(),
+        "kernel": platform.release(),
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "ram_bytes": ram_bytes(),
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "speculab": version,
+    }
 
 
 def model_record(path: Path) -> dict:

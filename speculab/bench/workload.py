@@ -51,7 +51,9 @@ def _item(record: object, where: str) -> WorkloadItem:
     for field in ("id", "domain", "task"):
         if field in record and not isinstance(record[field], str):
             raise WorkloadError(f"{where}: '{field}' must be a string")
-    return WorkloadItem(record.get("id", where.rsplit(":", 1)[-1]), record.get("domain", "other"), record.get("task", "other"), tuple(pairs))
+    return WorkloadItem(
+        record.get("id", where.rsplit(":", 1)[-1]), record.get("domain", "other"), record.get("task", "other"), tuple(pairs)
+    )
 
 
 def load_workload(path: str | Path | None = None) -> list[WorkloadItem]:

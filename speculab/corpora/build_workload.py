@@ -26,7 +26,10 @@ WORKLOAD_PATH = Path(__file__).resolve().parent.parent / "bench" / "workload_fil
 # (source name, number of prompts); TPC-style schemas fill SQL up to 33
 PLAN: tuple[tuple[str, int], ...] = (
     ("cpython-stdlib", 34),
-    ("typescript", 9), ("rxjs", 8), ("zod", 9), ("@tanstack/query-core", 7),
+    ("typescript", 9),
+    ("rxjs", 8),
+    ("zod", 9),
+    ("@tanstack/query-core", 7),
     ("pglast", 30),
 )
 CODE_TOKENS = (850, 1250)  # code window, target tokens; the instruction and chat template add ~60-80
@@ -58,20 +61,31 @@ def build(tokenizer) -> list[dict]:
                 continue
             task = tasks[taken % len(tasks)]
             content = code_prompt(file, task, window)
-            records.append({
-                "domain": source.domain, "task": task,
-                "messages": [{"role": "user", "content": content}],
-                "source": file.file_id, "license": source.license,
-                "prompt_tokens": _chat_tokens(tokenizer, content),
-            })
+            records.append(
+                {
+                    "domain": source.domain,
+                    "task": task,
+                    "messages": [{"role": "user", "content": content}],
+                    "source": file.file_id,
+                    "license": source.license,
+                    "prompt_tokens": _chat_tokens(tokenizer, content),
+                }
+            )
             taken += 1
         if taken < wanted:
             raise SystemExit(f"{source.label}: only {taken} of {wanted} benchmark files have a usable window")
     for name, spec in TPC_SPECS.items():
         content = TPC_TEMPLATE.format(spec=spec)
-        records.append({"domain": "sql", "task": "schema", "messages": [{"role": "user", "content": content}],
-                        "source": f"speculab:{name}", "license": "Apache-2.0 (written for speculab)",
-                        "prompt_tokens": _chat_tokens(tokenizer, content)})
+        records.append(
+            {
+                "domain": "sql",
+                "task": "schema",
+                "messages": [{"role": "user", "content": content}],
+                "source": f"speculab:{name}",
+                "license": "Apache-2.0 (written for speculab)",
+                "prompt_tokens": _chat_tokens(tokenizer, content),
+            }
+        )
     counters: dict[str, int] = {}
     for r in records:
         counters[r["domain"]] = counters.get(r["domain"], 0) + 1
@@ -99,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
     sources = {s.label: source_record(s) for s in SOURCES}
-    (args.out.parent / "workload.sources.json").write_text(json.dumps(
-        {"seed": SEED, "python": sys.version.split()[0], "sources": sources}, indent=1) + "\n")
+    (args.out.parent / "workload.sources.json").write_text(
+        json.dumps({"seed": SEED, "python": sys.version.split()[0], "sources": sources}, indent=1) + "\n"
+    )
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

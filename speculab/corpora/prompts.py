@@ -22,29 +22,29 @@ FENCE = {"python": "python", "typescript": "ts", "sql": "sql"}
 TEMPLATES: dict[str, dict[str, str]] = {
     "python": {
         "refactor": "Refactor this function and the code around it from `{path}` ({source}) for readability: "
-                    "keep the behaviour identical, add type hints, and explain each change briefly.\n\n{code}",
+        "keep the behaviour identical, add type hints, and explain each change briefly.\n\n{code}",
         "unit-tests": "Write unit tests with pytest for the following code from `{path}` ({source}). "
-                      "Cover normal cases, edge cases and errors.\n\n{code}",
+        "Cover normal cases, edge cases and errors.\n\n{code}",
         "docstrings": "Add complete docstrings (Google style) to every function and class in this code from "
-                      "`{path}` ({source}), then return the full code.\n\n{code}",
+        "`{path}` ({source}), then return the full code.\n\n{code}",
     },
     "typescript": {
         "refactor": "Refactor this TypeScript code from `{path}` ({source}) to be more readable and strictly typed, "
-                    "without changing its behaviour. Return the refactored code.\n\n{code}",
+        "without changing its behaviour. Return the refactored code.\n\n{code}",
         "unit-tests": "Write unit tests with Vitest for the following TypeScript code from `{path}` ({source}). "
-                      "Cover normal cases, edge cases and errors.\n\n{code}",
+        "Cover normal cases, edge cases and errors.\n\n{code}",
         "types": "Explain the types and the public API declared in this TypeScript code from `{path}` ({source}), "
-                 "then write a short usage example for each exported item.\n\n{code}",
+        "then write a short usage example for each exported item.\n\n{code}",
     },
     "sql": {
         "schema": "Here are SQL statements from PostgreSQL's regression test `{path}` ({source}). Implement the "
-                  "SQL schema for the data they use: CREATE TABLE statements with primary keys, foreign keys, "
-                  "constraints and indexes, for PostgreSQL.\n\n{code}",
+        "SQL schema for the data they use: CREATE TABLE statements with primary keys, foreign keys, "
+        "constraints and indexes, for PostgreSQL.\n\n{code}",
         "query": "Here are SQL statements from PostgreSQL's regression test `{path}` ({source}). Write five new "
-                 "queries over the same tables that test the same features, each with a comment saying what "
-                 "it checks.\n\n{code}",
+        "queries over the same tables that test the same features, each with a comment saying what "
+        "it checks.\n\n{code}",
         "refactor": "Refactor these SQL statements from PostgreSQL's regression test `{path}` ({source}) for "
-                    "readability: consistent formatting, explicit joins and column lists, and comments.\n\n{code}",
+        "readability: consistent formatting, explicit joins and column lists, and comments.\n\n{code}",
     },
 }
 
@@ -69,8 +69,7 @@ def top_level_blocks(text: str) -> list[str]:
     return ["".join(b) for b in blocks if "".join(b).strip()]
 
 
-def pick_window(text: str, count_tokens: Callable[[str], int], rng: random.Random,
-                min_tokens: int, max_tokens: int) -> Window | None:
+def pick_window(text: str, count_tokens: Callable[[str], int], rng: random.Random, min_tokens: int, max_tokens: int) -> Window | None:
     """A run of consecutive top-level blocks of min..max tokens, from a random start; None if the file is too short."""
     blocks = top_level_blocks(text)
     sizes = [count_tokens(b) for b in blocks]

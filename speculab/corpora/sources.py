@@ -46,26 +46,69 @@ class Source:
 
 
 SOURCES: tuple[Source, ...] = (
-    Source("cpython-stdlib", "python", "stdlib", "3.11.7", "PSF-2.0",
-           include=("*.py",),
-           exclude=("site-packages/*", "lib2to3/tests/data/*", "test/*bad*", "test/badsyntax*",
-                    "idlelib/*", "turtledemo/*", "*/__pycache__/*", "encodings/*")),
-    Source("typescript", "typescript", "npm", "5.9.3", "Apache-2.0",
-           include=("package/lib/lib.*.d.ts",),
-           sha256="10e108c9cf7d5f2879053dff18515fb405abf2ccef63eaaf017d9c571687a1d3"),
-    Source("rxjs", "typescript", "npm", "7.8.2", "Apache-2.0",
-           include=("package/src/*.ts",),
-           sha256="2312f8ffd9726ffd7bd53ea12c5f13663d09a3dc3326f448c70b88f5ef6fac82"),
-    Source("zod", "typescript", "npm", "4.6.7", "MIT",
-           include=("package/src/*.ts",),
-           sha256="84efd155bed93270286e793fc951be270b536cbd5b0eeb111f0fa3967201d698"),
-    Source("@tanstack/query-core", "typescript", "npm", "5.108.4", "MIT",
-           include=("package/src/*.ts",),
-           sha256="7660b37f747ce33f1e5456299009dbe217a08514f402c13e633ae95727e361e0"),
-    Source("pglast", "sql", "pypi", "8.8",
-           "PostgreSQL License (the regression SQL, from PostgreSQL via libpg_query); pglast itself is GPL-3.0-or-later",
-           include=("pglast-8.8/libpg_query/test/sql/postgres_regress/*.sql",),
-           sha256="ff9998ec6bac4f30f84db6b6edb28a0fb03b1eda5c8ad211ab8362f5a08b833b"),
+    Source(
+        "cpython-stdlib",
+        "python",
+        "stdlib",
+        "3.11.7",
+        "PSF-2.0",
+        include=("*.py",),
+        exclude=(
+            "site-packages/*",
+            "lib2to3/tests/data/*",
+            "test/*bad*",
+            "test/badsyntax*",
+            "idlelib/*",
+            "turtledemo/*",
+            "*/__pycache__/*",
+            "encodings/*",
+        ),
+    ),
+    Source(
+        "typescript",
+        "typescript",
+        "npm",
+        "5.9.3",
+        "Apache-2.0",
+        include=("package/lib/lib.*.d.ts",),
+        sha256="10e108c9cf7d5f2879053dff18515fb405abf2ccef63eaaf017d9c571687a1d3",
+    ),
+    Source(
+        "rxjs",
+        "typescript",
+        "npm",
+        "7.8.2",
+        "Apache-2.0",
+        include=("package/src/*.ts",),
+        sha256="2312f8ffd9726ffd7bd53ea12c5f13663d09a3dc3326f448c70b88f5ef6fac82",
+    ),
+    Source(
+        "zod",
+        "typescript",
+        "npm",
+        "4.6.7",
+        "MIT",
+        include=("package/src/*.ts",),
+        sha256="84efd155bed93270286e793fc951be270b536cbd5b0eeb111f0fa3967201d698",
+    ),
+    Source(
+        "@tanstack/query-core",
+        "typescript",
+        "npm",
+        "5.108.4",
+        "MIT",
+        include=("package/src/*.ts",),
+        sha256="7660b37f747ce33f1e5456299009dbe217a08514f402c13e633ae95727e361e0",
+    ),
+    Source(
+        "pglast",
+        "sql",
+        "pypi",
+        "8.8",
+        "PostgreSQL License (the regression SQL, from PostgreSQL via libpg_query); pglast itself is GPL-3.0-or-later",
+        include=("pglast-8.8/libpg_query/test/sql/postgres_regress/*.sql",),
+        sha256="ff9998ec6bac4f30f84db6b6edb28a0fb03b1eda5c8ad211ab8362f5a08b833b",
+    ),
 )
 
 
@@ -112,11 +155,21 @@ def fetch(source: Source) -> Path | None:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         if source.registry == "npm":
-            cmd = ["npm", "pack", f"{source.name}@{source.version}", "--silent",
-                   "--pack-destination", str(path.parent)]
+            cmd = ["npm", "pack", f"{source.name}@{source.version}", "--silent", "--pack-destination", str(path.parent)]
         else:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                   f"{source.name}=={source.version}", "-d", str(path.parent), "-q"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{source.name}=={source.version}",
+                "-d",
+                str(path.parent),
+                "-q",
+            ]
         print(f"fetching {source.label} ({' '.join(cmd[:3])} …)", file=sys.stderr)
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0 or not path.exists():
@@ -127,8 +180,7 @@ def fetch(source: Source) -> Path | None:
 
 
 def _selected(source: Source, path: str) -> bool:
-    return (any(fnmatch.fnmatch(path, p) for p in source.include)
-            and not any(fnmatch.fnmatch(path, p) for p in source.exclude))
+    return any(fnmatch.fnmatch(path, p) for p in source.include) and not any(fnmatch.fnmatch(path, p) for p in source.exclude)
 
 
 def stdlib_root() -> Path:
@@ -139,8 +191,7 @@ def iter_files(source: Source, *, strict_version: bool = True) -> Iterator[Sourc
     """The source's selected files, in sorted path order, as text."""
     if source.registry == "stdlib":
         if strict_version and platform.python_version() != source.version:
-            raise SourceError(f"the workload is pinned to CPython {source.version}'s stdlib; "
-                              f"this is {platform.python_version()}")
+            raise SourceError(f"the workload is pinned to CPython {source.version}'s stdlib; this is {platform.python_version()}")
         root = stdlib_root()
         for p in sorted(root.rglob("*.py")):
             rel = p.relative_to(root).as_posix()
@@ -148,12 +199,10 @@ def iter_files(source: Source, *, strict_version: bool = True) -> Iterator[Sourc
                 yield SourceFile(source, rel, p.read_text(encoding="utf-8", errors="replace"))
         return
     with tarfile.open(fetch(source)) as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and _selected(source, m.name)),
-                         key=lambda m: m.name)
+        members = sorted((m for m in tar.getmembers() if m.isfile() and _selected(source, m.name)), key=lambda m: m.name)
         for m in members:
             yield SourceFile(source, m.name, tar.extractfile(m).read().decode("utf-8", errors="replace"))
 
 
 def source_record(source: Source) -> dict:
-    return {"name": source.name, "version": source.version, "registry": source.registry,
-            "license": source.license, "sha256": source.sha256}
+    return {"name": source.name, "version": source.version, "registry": source.registry, "license": source.license, "sha256": source.sha256}

@@ -94,6 +94,8 @@ month and group by item brand and store; returns can only reference an existing 
 sold date, and add the indexes for the reports described.""",
 }
 
-TPC_TEMPLATE = ("Implement the SQL schema for the following specification, for PostgreSQL: CREATE TABLE statements "
-                "with the right types, primary keys, foreign keys, CHECK constraints and indexes, then one example "
-                "query for each report it mentions.\n\n{spec}")
+TPC_TEMPLATE = (
+    "Implement the SQL schema for the following specification, for PostgreSQL: CREATE TABLE statements "
+    "with the right types, primary keys, foreign keys, CHECK constraints and indexes, then one example "
+    "query for each report it mentions.\n\n{spec}"
+)

@@ -20,13 +20,19 @@ def add_launch_parsers(sub) -> None:
 
     p = sub.add_parser("launch", help="start vLLM or SGLang with a speculative method; --print shows the command only")
     p.add_argument("engine", choices=list(ENGINES))
-    p.add_argument("--method", default="baseline",
-                   help="baseline, ngram, draft, eagle or eagle3, with settings as in `speculab bench` (eagle:num_steps=3)")
+    p.add_argument(
+        "--method",
+        default="baseline",
+        help="baseline, ngram, draft, eagle or eagle3, with settings as in `speculab bench` (eagle:num_steps=3)",
+    )
     p.add_argument("--target", default=None, help="the target's local HF folder (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--draft", default=None, help="the drafter folder (a draft model or an EAGLE head; default: the shipped one)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
-    p.add_argument("--engine-version", default=None,
-                   help="the engine version to write the command for (default: the installed one, else the newest known)")
+    p.add_argument(
+        "--engine-version",
+        default=None,
+        help="the engine version to write the command for (default: the installed one, else the newest known)",
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--python", default=None, help="the Python of the engine's environment (default for vLLM: `make vllm`'s)")
     p.add_argument("--dtype", default=None, help="default: speculab's dtype on this CPU for the local vLLM, else the engine's")
@@ -39,8 +45,11 @@ def add_launch_parsers(sub) -> None:
     e.add_argument("--for", dest="engine", required=True, choices=list(ENGINES))
     e.add_argument("drafter", type=Path)
     e.add_argument("out", type=Path)
-    e.add_argument("--draft-vocab", default="auto",
-                   help="SGLang EAGLE heads: keep the N most frequent tokens as --speculative-token-map (auto, none or N)")
+    e.add_argument(
+        "--draft-vocab",
+        default="auto",
+        help="SGLang EAGLE heads: keep the N most frequent tokens as --speculative-token-map (auto, none or N)",
+    )
     e.set_defaults(func=cmd_export)
 
 
@@ -71,8 +80,18 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ValueError(f"--target {target}: no config.json there; give a local HF checkpoint folder")
     spec = launch_spec(args.method, args.draft, args.target is not None)
     out = args.out or Path("runs") / f"launch-{args.engine}-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    plan = prepare(args.engine, spec, target, out, port=args.port, tp=args.tp, version=args.engine_version,
-                   python=args.python, print_only=args.print_only, dtype=args.dtype)
+    plan = prepare(
+        args.engine,
+        spec,
+        target,
+        out,
+        port=args.port,
+        tp=args.tp,
+        version=args.engine_version,
+        python=args.python,
+        print_only=args.print_only,
+        dtype=args.dtype,
+    )
     print(plan.explain(), flush=True)
     if args.print_only:
         print(json.dumps(plan.record() | {"run_dir": str(out)}))
@@ -81,8 +100,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a plain kill also stops the server (via the finally)
     try:
         server.start()
-        print(f"speculab: {plan.engine} {plan.version} serves {plan.served_name} at {plan.url}; log: {out / 'server.log'}; "
-              "Ctrl-C stops it", file=sys.stderr, flush=True)
+        print(
+            f"speculab: {plan.engine} {plan.version} serves {plan.served_name} at {plan.url}; log: {out / 'server.log'}; Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
         print(json.dumps(plan.record() | {"run_dir": str(out), "url": plan.url, "log": str(out / "server.log")}), flush=True)
         server.process.wait()
         raise RuntimeError(f"{plan.engine} exited with {server.process.returncode}; see {out / 'server.log'}")
@@ -105,6 +127,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     wanted = None if vocab == "none" else vocab if vocab == "auto" else int(vocab)
     size = draft_vocab_size("eagle", {"draft_vocab": wanted}, args.drafter) if kind == "eagle" else None
     exported = export_drafter(args.drafter, args.engine, args.out, size)
-    print(json.dumps({"out": str(exported.folder), "kind": exported.kind, "engine": exported.engine,
-                      "token_map": str(exported.token_map) if exported.token_map else None}))
+    print(
+        json.dumps(
+            {
+                "out": str(exported.folder),
+                "kind": exported.kind,
+                "engine": exported.engine,
+                "token_map": str(exported.token_map) if exported.token_map else None,
+            }
+        )
+    )
     return 0

@@ -39,8 +39,15 @@ from speculab.models.loading import CheckpointError
 ENGINES = ("vllm", "sglang")
 MANIFEST = "speculab_export.json"
 TOKEN_MAP = "token_map.pt"
-HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-            "chat_template.jinja", "tokenizer.model")
+HF_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "tokenizer.model",
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +91,12 @@ def _fold_fc_bias(tensors: dict[str, torch.Tensor], config: dict) -> tuple[dict,
             out[p + f"{x}_proj.bias"] = (w.float() @ b).to(w.dtype)
         out[p + "o_proj.bias"] = tensors["fc.bias"].clone()
         changes.append("fc.bias folded into q/k/v biases (W·b) and an o_proj bias (b): vLLM's fc has no bias")
-    config = config | {"bias": False, "attention_bias": "fc.bias" in tensors, "architectures": ["EagleLlamaForCausalLM"],
-                       "num_hidden_layers": 1}
+    config = config | {
+        "bias": False,
+        "attention_bias": "fc.bias" in tensors,
+        "architectures": ["EagleLlamaForCausalLM"],
+        "num_hidden_layers": 1,
+    }
     changes.append("config: bias=false (vLLM reads it as attention biases), architectures=EagleLlamaForCausalLM")
     return out, config, changes
 
@@ -123,8 +134,14 @@ def export_drafter(source: Path, engine: str, out: Path, draft_vocab: int | None
         save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     token_map = _token_map(source, out, kind, engine, draft_vocab, changes)
-    manifest = {"source": str(source), "source_sha256": sha256_of(_weights(source)), "engine": engine, "kind": kind,
-                "changes": changes, "token_map": token_map.name if token_map else None}
+    manifest = {
+        "source": str(source),
+        "source_sha256": sha256_of(_weights(source)),
+        "engine": engine,
+        "kind": kind,
+        "changes": changes,
+        "token_map": token_map.name if token_map else None,
+    }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return Exported(out, kind, engine, token_map)
 

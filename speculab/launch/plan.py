@@ -87,14 +87,29 @@ class LaunchPlan:
         return "\n".join(lines)
 
     def record(self) -> dict:
-        return {"engine": self.engine, "version": str(self.version), "command": self.shell(), "argv": self.argv,
-                "env": self.environment, "flags": [{"flag": f.name, "value": f.value, "why": f.why} for f in self.flags]}
+        return {
+            "engine": self.engine,
+            "version": str(self.version),
+            "command": self.shell(),
+            "argv": self.argv,
+            "env": self.environment,
+            "flags": [{"flag": f.name, "value": f.value, "why": f.why} for f in self.flags],
+        }
 
 
 def _shown(flag: Flag) -> str:
     if flag.name.startswith("-"):
         return flag.name if flag.value is None else f"{flag.name} {shlex.quote(flag.value)}"
     return f"{flag.name}={flag.value}"
+
+
+def served_flags(port: int, name: str) -> list[Flag]:
+    """Every engine's first flags: loopback only, the port, the model name requests carry."""
+    return [
+        Flag("--host", "127.0.0.1", "loopback only: benchmark traffic never leaves the machine"),
+        Flag("--port", str(port), "where speculab bench --endpoint sends requests"),
+        Flag("--served-model-name", name, "the model name requests carry"),
+    ]
 
 
 def compact_json(value: dict) -> str:

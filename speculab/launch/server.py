@@ -41,8 +41,14 @@ class EngineServer:
         with self.log.open("w") as out:
             out.write(f"$ {self.plan.shell()}\n")
             out.flush()
-            self.process = subprocess.Popen(self.plan.argv, env=os.environ | self.plan.environment, stdout=out,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.plan.argv,
+                env=os.environ | self.plan.environment,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         try:
             self._wait_healthy()
         except BaseException:
@@ -63,13 +69,17 @@ class EngineServer:
         with tqdm(desc=desc, unit="s", bar_format="{desc}: {elapsed}", disable=not self.progress) as bar:
             while True:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"{self.plan.engine} exited with {self.process.returncode} before it was healthy; "
-                                       f"the end of {self.log}:\n{log_tail(self.log)}")
+                    raise RuntimeError(
+                        f"{self.plan.engine} exited with {self.process.returncode} before it was healthy; "
+                        f"the end of {self.log}:\n{log_tail(self.log)}"
+                    )
                 if self._healthy():
                     return
                 if time.monotonic() - start > self.startup_timeout:
-                    raise RuntimeError(f"{self.plan.engine} was not healthy after {self.startup_timeout:.0f} s; "
-                                       f"the end of {self.log}:\n{log_tail(self.log)}")
+                    raise RuntimeError(
+                        f"{self.plan.engine} was not healthy after {self.startup_timeout:.0f} s; "
+                        f"the end of {self.log}:\n{log_tail(self.log)}"
+                    )
                 time.sleep(1.0)
                 bar.update(1)
 

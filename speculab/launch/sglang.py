@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch
+from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, served_flags
 
 EAGLE3_FROM = Version("0.4.4")  # absent from 0.4.3.post2's choices, present in 0.5.2's
 TOKEN_MAP_FROM = Version("0.4.4")  # FR-Spec came with EAGLE-3 support; absent in 0.4.3.post2, present in 0.5.2
@@ -45,18 +45,22 @@ def _drafter(req: LaunchRequest) -> str:
 
 
 def _tree(steps: int, topk: int, tokens: int) -> list[Flag]:
-    return [Flag("--speculative-num-steps", str(steps), "draft depth"),
-            Flag("--speculative-eagle-topk", str(topk), "branches kept per step (1: a chain)"),
-            Flag("--speculative-num-draft-tokens", str(tokens), "tokens verified per step; SGLang wants all three set together")]
+    return [
+        Flag("--speculative-num-steps", str(steps), "draft depth"),
+        Flag("--speculative-eagle-topk", str(topk), "branches kept per step (1: a chain)"),
+        Flag("--speculative-num-draft-tokens", str(tokens), "tokens verified per step; SGLang wants all three set together"),
+    ]
 
 
 def _eagle(algorithm: str, since: Version) -> Callable[[LaunchRequest], list[Flag]]:
     def flags(req: LaunchRequest) -> list[Flag]:
         _require(req, since, algorithm)
         p = req.spec.params
-        out = [Flag("--speculative-algorithm", algorithm, f"an {algorithm.replace('EAGLE', 'EAGLE-').rstrip('-')} head"),
-               Flag("--speculative-draft-model-path", _drafter(req), "the head folder (speculab export --for sglang)"),
-               *_tree(p["num_steps"], p["topk"], p["num_draft_tokens"])]
+        out = [
+            Flag("--speculative-algorithm", algorithm, f"an {algorithm.replace('EAGLE', 'EAGLE-').rstrip('-')} head"),
+            Flag("--speculative-draft-model-path", _drafter(req), "the head folder (speculab export --for sglang)"),
+            *_tree(p["num_steps"], p["topk"], p["num_draft_tokens"]),
+        ]
         if req.token_map is not None and req.version >= TOKEN_MAP_FROM and algorithm == "EAGLE":
             out.append(Flag("--speculative-token-map", str(req.token_map), "the reduced draft vocabulary (FR-Spec): the kept token ids"))
         return out
@@ -67,19 +71,25 @@ def _eagle(algorithm: str, since: Version) -> Callable[[LaunchRequest], list[Fla
 def _standalone(req: LaunchRequest) -> list[Flag]:
     _require(req, STANDALONE_FROM, "STANDALONE")
     k = req.spec.params["num_speculative_tokens"]
-    return [Flag("--speculative-algorithm", "STANDALONE", "a standalone draft model (sglang#10090)"),
-            Flag("--speculative-draft-model-path", _drafter(req), "a clean HF folder (speculab export --for sglang)"),
-            *_tree(k, 1, k + 1)]
+    return [
+        Flag("--speculative-algorithm", "STANDALONE", "a standalone draft model (sglang#10090)"),
+        Flag("--speculative-draft-model-path", _drafter(req), "a clean HF folder (speculab export --for sglang)"),
+        *_tree(k, 1, k + 1),
+    ]
 
 
 def _ngram(req: LaunchRequest) -> list[Flag]:
     _require(req, NGRAM_FROM, "NGRAM")
     p = req.spec.params
-    flags = [Flag("--speculative-algorithm", "NGRAM", "n-gram lookup; no drafter model"),
-             Flag("--speculative-num-draft-tokens", str(p["num_speculative_tokens"] + 1), "tokens verified per step, the root included")]
+    flags = [
+        Flag("--speculative-algorithm", "NGRAM", "n-gram lookup; no drafter model"),
+        Flag("--speculative-num-draft-tokens", str(p["num_speculative_tokens"] + 1), "tokens verified per step, the root included"),
+    ]
     if req.version < NGRAM_TRIE_FROM:
-        flags += [Flag("--speculative-ngram-min-match-window-size", str(p["prompt_lookup_min"]), "shortest n-gram matched"),
-                  Flag("--speculative-ngram-max-match-window-size", str(p["prompt_lookup_max"]), "longest n-gram matched")]
+        flags += [
+            Flag("--speculative-ngram-min-match-window-size", str(p["prompt_lookup_min"]), "shortest n-gram matched"),
+            Flag("--speculative-ngram-max-match-window-size", str(p["prompt_lookup_max"]), "longest n-gram matched"),
+        ]
     return flags
 
 
@@ -96,12 +106,12 @@ def sglang_plan(req: LaunchRequest) -> LaunchPlan:
     if req.spec.params.get("disable_by_batch_size") is not None:
         raise UnsupportedLaunch("disable_by_batch_size: SGLang has no such switch; measure the batch sizes instead")
     name = req.served_name or req.target.name
-    program = (*req.program, "--model-path", str(req.target)) if req.program else (
-        "python", "-m", "sglang.launch_server", "--model-path", str(req.target))
-    flags = [Flag("--host", "127.0.0.1", "loopback only: benchmark traffic never leaves the machine"),
-             Flag("--port", str(req.port), "where speculab bench --endpoint sends requests"),
-             Flag("--served-model-name", name, "the model name requests carry"),
-             Flag("--enable-metrics", None, "/metrics with the speculative counters speculab reads")]
+    program = (
+        (*req.program, "--model-path", str(req.target))
+        if req.program
+        else ("python", "-m", "sglang.launch_server", "--model-path", str(req.target))
+    )
+    flags = [*served_flags(req.port, name), Flag("--enable-metrics", None, "/metrics with the speculative counters speculab reads")]
     if req.tp > 1:
         flags.append(Flag("--tp-size", str(req.tp), "the target split over this many GPUs"))
     if req.dtype:
@@ -116,8 +126,10 @@ def sglang_plan(req: LaunchRequest) -> LaunchPlan:
 def _notes(req: LaunchRequest) -> tuple[str, ...]:
     notes = []
     if req.spec.name == "ngram" and req.version >= NGRAM_TRIE_FROM:
-        notes.append(f"SGLang {req.version} matches n-grams in a trie with its own depth and breadth settings: "
-                     "prompt_lookup_min/max have no equivalent and its defaults apply")
+        notes.append(
+            f"SGLang {req.version} matches n-grams in a trie with its own depth and breadth settings: "
+            "prompt_lookup_min/max have no equivalent and its defaults apply"
+        )
     if req.token_map is not None and (req.version < TOKEN_MAP_FROM or req.spec.name != "eagle"):
         notes.append("no --speculative-token-map here: the head drafts over the whole vocabulary")
     return tuple(notes)

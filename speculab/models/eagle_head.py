@@ -109,10 +109,14 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
     q, kv, inter = config.num_heads * d, config.num_kv_heads * d, config.intermediate_size
     shapes = {
         "fc.weight": (h, 2 * h),
-        "layers.0.self_attn.q_proj.weight": (q, h), "layers.0.self_attn.k_proj.weight": (kv, h),
-        "layers.0.self_attn.v_proj.weight": (kv, h), "layers.0.self_attn.o_proj.weight": (h, q),
-        "layers.0.mlp.gate_proj.weight": (inter, h), "layers.0.mlp.up_proj.weight": (inter, h),
-        "layers.0.mlp.down_proj.weight": (h, inter), "layers.0.post_attention_layernorm.weight": (h,),
+        "layers.0.self_attn.q_proj.weight": (q, h),
+        "layers.0.self_attn.k_proj.weight": (kv, h),
+        "layers.0.self_attn.v_proj.weight": (kv, h),
+        "layers.0.self_attn.o_proj.weight": (h, q),
+        "layers.0.mlp.gate_proj.weight": (inter, h),
+        "layers.0.mlp.up_proj.weight": (inter, h),
+        "layers.0.mlp.down_proj.weight": (h, inter),
+        "layers.0.post_attention_layernorm.weight": (h,),
     }
     fc_bias = raw.get("bias", True)  # an absent key means a bias, as in the reference
     if fc_bias:

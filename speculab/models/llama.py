@@ -206,7 +206,10 @@ class Transformer(nn.Module):
         The final norm keeps its weight: its output is the feature EAGLE heads read.
         """
         for layer in self.layers:
-            for norm, linear in ((layer.input_layernorm, layer.self_attn.qkv_proj), (layer.post_attention_layernorm, layer.mlp.gate_up_proj)):
+            for norm, linear in (
+                (layer.input_layernorm, layer.self_attn.qkv_proj),
+                (layer.post_attention_layernorm, layer.mlp.gate_up_proj),
+            ):
                 if norm.weight is None:
                     continue
                 linear.weight.copy_((linear.weight.float() * norm.weight.float()[None, :]).to(linear.weight.dtype))

@@ -102,9 +102,7 @@ def read_checkpoint(folder: Path, config: ModelConfig, dtype: torch.dtype) -> di
         if name not in shapes:
             raise CheckpointError(f"{path}: unexpected tensor {name!r} for a {config.model_type} model of this config")
         if tuple(tensor.shape) != shapes[name]:
-            raise CheckpointError(
-                f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, but config.json implies {shapes[name]}"
-            )
+            raise CheckpointError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, but config.json implies {shapes[name]}")
         tensors[name] = tensor.to(dtype)
     missing = sorted(set(shapes) - set(tensors))
     if missing:

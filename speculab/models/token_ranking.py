@@ -23,8 +23,10 @@ def load_token_ranking(folder: str | Path, vocab_size: int) -> Tensor:
     """The head folder's token ranking ``token_ids`` [n]; a clear error when absent or out of range."""
     path = Path(folder) / RANKING_FILE
     if not path.exists():
-        raise CheckpointError(f"{path}: no token ranking for a reduced draft vocabulary; "
-                              "make one with `speculab train vocab --out FOLDER` or leave draft_vocab unset")
+        raise CheckpointError(
+            f"{path}: no token ranking for a reduced draft vocabulary; "
+            "make one with `speculab train vocab --out FOLDER` or leave draft_vocab unset"
+        )
     ids = load_file(path).get("token_ids")
     if ids is None or ids.dim() != 1 or ids.numel() == 0:
         raise CheckpointError(f"{path}: tensor 'token_ids' missing or not a non-empty 1-D tensor")

@@ -59,8 +59,7 @@ class ApiError(Exception):
         self.status, self.message, self.param = status, message, param
 
 
-ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 429: "RateLimitError",
-               500: "InternalServerError"}
+ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 429: "RateLimitError", 500: "InternalServerError"}
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict:
@@ -82,20 +81,23 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
 
 def spec_metrics(stats: SpecStats) -> dict:
     """The per-response speculation figures, in vLLM's per-request names."""
-    return {"speculative_decoding": {
-        "num_drafts": stats.drafts,
-        "num_draft_tokens": stats.drafted_depth,
-        "num_draft_nodes": stats.draft_tokens,
-        "num_accepted_draft_tokens": stats.accepted_tokens,
-        "num_accepted_tokens_per_pos": stats.accepted_per_position,
-        "num_verify_steps": stats.steps,
-        "draft_acceptance_rate": stats.acceptance_rate,
-        "mean_acceptance_length": stats.mean_acceptance_length,
-    }}
+    return {
+        "speculative_decoding": {
+            "num_drafts": stats.drafts,
+            "num_draft_tokens": stats.drafted_depth,
+            "num_draft_nodes": stats.draft_tokens,
+            "num_accepted_draft_tokens": stats.accepted_tokens,
+            "num_accepted_tokens_per_pos": stats.accepted_per_position,
+            "num_verify_steps": stats.steps,
+            "draft_acceptance_rate": stats.acceptance_rate,
+            "mean_acceptance_length": stats.mean_acceptance_length,
+        }
+    }
 
 
-def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: ServeInfo, api_key: str | None = None,
-              engine_thread: bool = True) -> FastAPI:
+def build_app(
+    worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: ServeInfo, api_key: str | None = None, engine_thread: bool = True
+) -> FastAPI:
     """``engine_thread=False``: the caller runs ``worker.run()`` itself (``speculab serve`` does, in the main thread)."""
 
     @asynccontextmanager
@@ -133,14 +135,32 @@ def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: Ser
 
     @app.get("/version")
     async def version():
-        return {"version": info.version, "engine": "speculab", "method": info.method, "label": info.label, "dtype": info.dtype,
-                "command": info.command}
+        return {
+            "version": info.version,
+            "engine": "speculab",
+            "method": info.method,
+            "label": info.label,
+            "dtype": info.dtype,
+            "command": info.command,
+        }
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": info.model_name, "object": "model", "created": int(time.time()), "owned_by": "speculab",
-                                            "root": info.model_path, "parent": None, "max_model_len": info.max_model_len,
-                                            "speculab": {"method": info.method, "label": info.label, "dtype": info.dtype}}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": info.model_name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "speculab",
+                    "root": info.model_path,
+                    "parent": None,
+                    "max_model_len": info.max_model_len,
+                    "speculab": {"method": info.method, "label": info.label, "dtype": info.dtype},
+                }
+            ],
+        }
 
     def _prepare(body, prompt_ids: list[int], default_max: int | None) -> Handle:
         try:
@@ -153,8 +173,12 @@ def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: Ser
             raise ApiError(400, "the prompt is empty after tokenization", "prompt")
         room = info.max_model_len - len(prompt_ids) - worker.engine.proposer.max_draft_tokens - 1
         if room < 1:
-            raise ApiError(400, f"the prompt has {len(prompt_ids)} tokens; this server's context is {info.max_model_len} tokens "
-                                "(--max-model-len), with room left for at least one output token", "prompt")
+            raise ApiError(
+                400,
+                f"the prompt has {len(prompt_ids)} tokens; this server's context is {info.max_model_len} tokens "
+                "(--max-model-len), with room left for at least one output token",
+                "prompt",
+            )
         max_tokens = default_max if default_max is not None else room
         try:
             params = body.sampling(max_tokens)
@@ -234,15 +258,23 @@ def build_app(worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: Ser
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
 
     def _full_response(body, handle, kind, rid, created, content, reason) -> dict:
-        return {"id": rid, "object": kind, "created": created, "model": info.model_name,
-                "choices": [_choice(kind, content, reason, delta=False)], "usage": _usage(handle), "metrics": spec_metrics(handle.stats)}
+        return {
+            "id": rid,
+            "object": kind,
+            "created": created,
+            "model": info.model_name,
+            "choices": [_choice(kind, content, reason, delta=False)],
+            "usage": _usage(handle),
+            "metrics": spec_metrics(handle.stats),
+        }
 
     async def _stream(body, handle: Handle, text: TextStream, kind: str, rid: str, created: int) -> AsyncIterator[dict]:
         chunk_kind = "chat.completion.chunk" if kind == "chat.completion" else "text_completion"
 
         def chunk(choices: list, **extra) -> dict:
-            return {"data": _json({"id": rid, "object": chunk_kind, "created": created, "model": info.model_name,
-                                   "choices": choices, **extra})}
+            return {
+                "data": _json({"id": rid, "object": chunk_kind, "created": created, "model": info.model_name, "choices": choices, **extra})
+            }
 
         try:
             if kind == "chat.completion":

@@ -21,18 +21,26 @@ def add_serve_parser(sub) -> None:
 
     s = sub.add_parser("serve", help="serve the engine over OpenAI-compatible HTTP (vLLM's metric names)")
     s.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
-    s.add_argument("--method", default="baseline",
-                   help="name[:key=value,...] as in `speculab bench`, e.g. eagle or ngram:num_speculative_tokens=3")
+    s.add_argument(
+        "--method", default="baseline", help="name[:key=value,...] as in `speculab bench`, e.g. eagle or ngram:num_speculative_tokens=3"
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-batch", type=int, default=16, help="requests decoded together (engine slots)")
     s.add_argument("--max-queue", type=int, default=64, help="requests that may wait for a slot; more are answered 429")
     s.add_argument("--max-model-len", type=int, default=4096, help="context per request: prompt + output tokens")
-    s.add_argument("--prefills-per-step", type=int, default=0,
-                   help="prompts admitted per engine step; 0 (the default, as `speculab bench`): every waiting one that "
-                        "fits, the most throughput; 1: running requests and early arrivals wait for one prefill, not all")
-    s.add_argument("--api-key", default=os.environ.get("SPECULAB_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECULAB_API_KEY, else no key)")
+    s.add_argument(
+        "--prefills-per-step",
+        type=int,
+        default=0,
+        help="prompts admitted per engine step; 0 (the default, as `speculab bench`): every waiting one that "
+        "fits, the most throughput; 1: running requests and early arrivals wait for one prefill, not all",
+    )
+    s.add_argument(
+        "--api-key",
+        default=os.environ.get("SPECULAB_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECULAB_API_KEY, else no key)",
+    )
     s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
     s.add_argument("--dtype", choices=list(DTYPES), default=None)
     s.add_argument("--device", default=None)
@@ -56,13 +64,26 @@ def build_server(args: argparse.Namespace):
     if args.model is not None and (key := shipped_drafter_key(spec)):
         raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
     loaded = runtime.load(args.model, args.dtype, args.device)
-    engine = Engine(loaded.model, args.max_batch, args.max_model_len, loaded.tokenizer.stop_ids,
-                    new_proposer(spec, proposer_options(spec, loaded)), prefills_per_step=args.prefills_per_step or None)
+    engine = Engine(
+        loaded.model,
+        args.max_batch,
+        args.max_model_len,
+        loaded.tokenizer.stop_ids,
+        new_proposer(spec, proposer_options(spec, loaded)),
+        prefills_per_step=args.prefills_per_step or None,
+    )
     name = args.served_model_name or loaded.path.name
     metrics = ServerMetrics(name)
-    info = ServeInfo(model_name=name, model_path=str(loaded.path), method=spec.name, label=spec.label, dtype=loaded.dtype,
-                     max_model_len=engine.max_seq_len, version=speculab.__version__,
-                     command=shlex.join(["speculab", *getattr(args, "argv", [])]))
+    info = ServeInfo(
+        model_name=name,
+        model_path=str(loaded.path),
+        method=spec.name,
+        label=spec.label,
+        dtype=loaded.dtype,
+        max_model_len=engine.max_seq_len,
+        version=speculab.__version__,
+        command=shlex.join(["speculab", *getattr(args, "argv", [])]),
+    )
     worker = EngineWorker(engine, metrics, args.max_queue)
     app = build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key, engine_thread=False)
     return app, info, worker
@@ -77,7 +98,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     http = threading.Thread(target=server.run, name="speculab-http", daemon=True)
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     http.start()
-    print(f"speculab serve: {info.model_name} ({info.label}, {info.dtype}) on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    print(
+        f"speculab serve: {info.model_name} ({info.label}, {info.dtype}) on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True
+    )
     try:
         worker.run(should_stop=lambda: server.should_exit or not http.is_alive())
     except KeyboardInterrupt:

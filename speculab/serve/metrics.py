@@ -30,11 +30,54 @@ from speculab.speculative.stats import SpecStats
 disable_created_metrics()  # as vLLM does: no *_created series beside each counter
 
 # vLLM's buckets (seconds), so histograms line up with a vLLM dashboard's panels
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
-                640.0, 2560.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
-                   7680.0)
+REQUEST_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class ServerMetrics:
@@ -53,21 +96,25 @@ class ServerMetrics:
         self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Number of generation tokens processed.")
         self.success = make(Counter, "vllm:request_success", "Count of successfully processed requests.", ["finished_reason"])
-        self.ttft = make(Histogram, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                         buckets=TTFT_BUCKETS)
-        self.itl = make(Histogram, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                        buckets=ITL_BUCKETS)
-        self.e2e = make(Histogram, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                        buckets=REQUEST_BUCKETS)
-        self.queue = make(Histogram, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-                          buckets=REQUEST_BUCKETS)
+        self.ttft = make(
+            Histogram, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", buckets=TTFT_BUCKETS
+        )
+        self.itl = make(Histogram, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", buckets=ITL_BUCKETS)
+        self.e2e = make(
+            Histogram, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", buckets=REQUEST_BUCKETS
+        )
+        self.queue = make(
+            Histogram, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", buckets=REQUEST_BUCKETS
+        )
         self.drafts = make(Counter, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
         self.draft_tokens = make(Counter, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
         self.accepted = make(Counter, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        self.accepted_per_pos = make(Counter, "vllm:spec_decode_num_accepted_tokens_per_pos",
-                                     "Accepted tokens per draft position.", ["position"])
-        self.draft_nodes = make(Counter, "speculab:spec_decode_num_draft_nodes",
-                                "Draft tree nodes proposed (a chain counts its tokens; a tree all its nodes).")
+        self.accepted_per_pos = make(
+            Counter, "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ["position"]
+        )
+        self.draft_nodes = make(
+            Counter, "speculab:spec_decode_num_draft_nodes", "Draft tree nodes proposed (a chain counts its tokens; a tree all its nodes)."
+        )
 
     def add_spec(self, delta: SpecStats) -> None:
         """Count what a request's verify steps since the last call drafted and accepted."""
@@ -81,4 +128,3 @@ class ServerMetrics:
 
     def finished(self, reason: str) -> None:
         self.success.labels(**self._labels, finished_reason=reason).inc()
-

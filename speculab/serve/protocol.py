@@ -68,8 +68,14 @@ class _Sampling(BaseModel):
             raise Unsupported("logprobs are not supported by speculab serve")
 
     def sampling(self, max_tokens: int) -> SamplingParams:
-        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              top_k=max(self.top_k, 0), seed=self.seed, ignore_eos=self.ignore_eos)
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=max(self.top_k, 0),
+            seed=self.seed,
+            ignore_eos=self.ignore_eos,
+        )
 
     @property
     def include_usage(self) -> bool:

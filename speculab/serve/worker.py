@@ -102,8 +102,10 @@ class EngineWorker:
     def submit(self, prompt_ids: list[int], params: SamplingParams) -> Handle:
         """Queue a request checked by ``engine.check_request``; QueueFull when every slot and queue place is taken."""
         if self._in_system >= self.engine.max_batch + self.max_queue:
-            raise QueueFull(f"the server is full: {self.engine.max_batch} requests running and {self.max_queue} waiting "
-                            "(--max-batch, --max-queue); retry later")
+            raise QueueFull(
+                f"the server is full: {self.engine.max_batch} requests running and {self.max_queue} waiting "
+                "(--max-batch, --max-queue); retry later"
+            )
         handle = Handle(list(prompt_ids), params)
         self._in_system += 1
         self._commands.put(("add", handle, None))

@@ -90,7 +90,11 @@ class DraftModelProposer(Proposer):
         """Roll the slot's cache back to what is still true and return the tokens to feed."""
         synced, pending = self.synced[slot], self.pending[slot]
         true_pending = 0
-        while true_pending < len(pending) and synced + true_pending < len(sequence) and pending[true_pending] == sequence[synced + true_pending]:
+        while (
+            true_pending < len(pending)
+            and synced + true_pending < len(sequence)
+            and pending[true_pending] == sequence[synced + true_pending]
+        ):
             true_pending += 1
         keep = min(synced + true_pending, len(sequence) - 1)  # feed at least one token to get logits
         self.cache.keep_prefix(slot, keep)
@@ -141,7 +145,4 @@ class DraftModelProposer(Proposer):
                 self.pending[slot].append(picked[row])
         for row, slot in enumerate(slots):
             self.cache.commit(slot, int(lengths[row]))
-        return [
-            Draft.chain(tokens_, None if d[0] is None else torch.stack(d))
-            for tokens_, d in zip(drafted, dists)
-        ]
+        return [Draft.chain(tokens_, None if d[0] is None else torch.stack(d)) for tokens_, d in zip(drafted, dists)]

@@ -42,8 +42,16 @@ class EagleProposer(Proposer):
     name = "eagle"
     needs_features = True
 
-    def __init__(self, head: EagleHead, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16,
-                 batch_budget: int | None = None, draft_vocab: Tensor | None = None):
+    def __init__(
+        self,
+        head: EagleHead,
+        target: Transformer,
+        num_steps: int = 5,
+        topk: int = 4,
+        num_draft_tokens: int = 16,
+        batch_budget: int | None = None,
+        draft_vocab: Tensor | None = None,
+    ):
         """``batch_budget``: the most draft nodes per step over the whole batch. A row then gets
         ``budget // batch`` nodes at most, and the tree narrows (topk, steps) to fit: at large batch sizes a
         verify step's extra tokens are no longer free, so the tree shrinks towards a short chain (vLLM's
@@ -244,8 +252,9 @@ class Eagle3Proposer(EagleProposer):
 
     name = "eagle3"
 
-    def __init__(self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16,
-                 batch_budget: int | None = None):
+    def __init__(
+        self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16, batch_budget: int | None = None
+    ):
         super().__init__(head, target, num_steps, topk, num_draft_tokens, batch_budget)
         self.feature_layers = head.feature_layers(target)
 
@@ -255,9 +264,33 @@ class Eagle3Proposer(EagleProposer):
 
 # A static tree as used by EAGLE-1's reference (its `choices`): each path lists top-k ranks from the root.
 STATIC_TREES: dict[str, list[list[int]]] = {
-    "mc_sim_7b_63": [[0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
-                     [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
-                     [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]],
+    "mc_sim_7b_63": [
+        [0],
+        [1],
+        [2],
+        [3],
+        [0, 0],
+        [0, 1],
+        [0, 2],
+        [1, 0],
+        [1, 1],
+        [2, 0],
+        [2, 1],
+        [3, 0],
+        [0, 0, 0],
+        [0, 0, 1],
+        [0, 0, 2],
+        [0, 1, 0],
+        [0, 1, 1],
+        [0, 2, 0],
+        [0, 2, 1],
+        [1, 0, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 1],
+        [0, 0, 0, 2],
+        [0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 1],
+    ],
 }
 
 
@@ -306,8 +339,9 @@ class StaticTreeEagleProposer(EagleProposer):
             ancestors = [torch.stack([slot_of[p[:j]] for p in parents], 1) for j in range(1, depth)]
             features = torch.stack([root_hidden if depth == 1 else hidden_of[p[:-1]] for p in parents], 1)
             positions = (committed[:, None] + depth - 1).expand(bsz, len(parents))
-            batch = ForwardBatch(torch.tensor(slots), positions, slots_now, self._tree_mask(committed, ancestors, slots_now),
-                                 slice(slots[0], slots[0] + bsz))
+            batch = ForwardBatch(
+                torch.tensor(slots), positions, slots_now, self._tree_mask(committed, ancestors, slots_now), slice(slots[0], slots[0] + bsz)
+            )
             node_tokens = tokens[:, [self.index[p] for p in parents]]
             hidden = self.head.hidden(self.target, node_tokens.to(self.device), features.to(self.device), batch, self.cache)
             logits = self._logits(hidden)

@@ -52,9 +52,14 @@ class SpecStats:
         """What this request's stats counted beyond ``before``, an earlier copy of them (a server's per-step delta)."""
         n = len(self.accepted_per_position)
         earlier = before.accepted_per_position + [0] * (n - len(before.accepted_per_position))
-        return SpecStats(self.steps - before.steps, self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
-                         self.drafted_depth - before.drafted_depth, self.accepted_tokens - before.accepted_tokens,
-                         [a - b for a, b in zip(self.accepted_per_position, earlier)])
+        return SpecStats(
+            self.steps - before.steps,
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.drafted_depth - before.drafted_depth,
+            self.accepted_tokens - before.accepted_tokens,
+            [a - b for a, b in zip(self.accepted_per_position, earlier)],
+        )
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -66,8 +71,12 @@ class SpecStats:
 
     def as_dict(self) -> dict:
         return {
-            "steps": self.steps, "drafts": self.drafts, "draft_tokens": self.draft_tokens,
-            "drafted_depth": self.drafted_depth, "accepted_tokens": self.accepted_tokens,
+            "steps": self.steps,
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "drafted_depth": self.drafted_depth,
+            "accepted_tokens": self.accepted_tokens,
             "accepted_per_position": self.accepted_per_position,
-            "mean_acceptance_length": self.mean_acceptance_length, "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_rate": self.acceptance_rate,
         }

@@ -54,20 +54,31 @@ def measure_acceptance(loaded, proposer, prompts: list[list[int]], max_tokens: i
     total = SpecStats()
     for r in spec:
         total.merge(r.stats)
-    return {"prompts": len(prompts), "max_tokens": max_tokens, **total.as_dict(),
-            "identical_to_baseline": all(a.output_ids == b.output_ids for a, b in zip(spec, plain))}
+    return {
+        "prompts": len(prompts),
+        "max_tokens": max_tokens,
+        **total.as_dict(),
+        "identical_to_baseline": all(a.output_ids == b.output_ids for a, b in zip(spec, plain)),
+    }
 
 
 def write_manifest(out: Path, *, command: list[str], data: dict, train_seconds: float, extra: dict) -> Path:
-    files = {p.name: sha256_of(p) for p in sorted(out.iterdir())
-             if p.is_file() and p.suffix in (".safetensors", ".json") and p.name != "manifest.json"}
+    files = {
+        p.name: sha256_of(p)
+        for p in sorted(out.iterdir())
+        if p.is_file() and p.suffix in (".safetensors", ".json") and p.name != "manifest.json"
+    }
     manifest = {
         "files": files,
         "command": " ".join(shlex.quote(a) for a in command),
         "train_seconds": round(train_seconds, 1),
         "data": data,
-        "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+        },
         **extra,
     }
     path = out / "manifest.json"
@@ -75,37 +86,72 @@ def write_manifest(out: Path, *, command: list[str], data: dict, train_seconds: 
     return path
 
 
-def write_card(out: Path, *, title: str, summary: list[str], data: dict, loop: dict, acceptance: dict,
-               plot: str, command: list[str], earlier_commands: list[str] = (), init_from: Path | None = None) -> Path:
+def write_card(
+    out: Path,
+    *,
+    title: str,
+    summary: list[str],
+    data: dict,
+    loop: dict,
+    acceptance: dict,
+    plot: str,
+    command: list[str],
+    earlier_commands: list[str] = (),
+    init_from: Path | None = None,
+) -> Path:
     acc = acceptance
     rate = acc.get("acceptance_rate")
     lines = [
-        f"# {title}", "",
-        *summary, "",
-        "## Data", "",
+        f"# {title}",
+        "",
+        *summary,
+        "",
+        "## Data",
+        "",
         f"- {data['num_sequences']} sequences, {data['num_tokens']:,} tokens ({data['response_tokens']:,} of them "
         f"the target's own responses; {data['sampled_responses']} responses sampled at T=0.8, the rest greedy).",
-        *([f"- Prompts drawn with seeds {', '.join(map(str, data['prompt_seeds']))}, {data['spec']['num_prompts']} per seed."]
-          if data.get("prompt_seeds") else []),
-        *([f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
-           "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."]
-          if data.get("code_windows") else []),
+        *(
+            [f"- Prompts drawn with seeds {', '.join(map(str, data['prompt_seeds']))}, {data['spec']['num_prompts']} per seed."]
+            if data.get("prompt_seeds")
+            else []
+        ),
+        *(
+            [
+                f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
+                "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."
+            ]
+            if data.get("code_windows")
+            else []
+        ),
         "- Sources (training share only; the benchmark's files are excluded by `speculab.corpora.sources.is_benchmark_file`):",
         *[f"  - {s['name']} {s['version']} ({s['registry']}), {s['license']}" for s in data["sources"]],
-        "", "## Training", "",
+        "",
+        "## Training",
+        "",
         f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time budget'}).",
         f"- Final loss {loop['final'].get('loss', float('nan')):.4f}; "
-        + ", ".join(f"{k} {v:.4f}" for k, v in loop["final"].items() if k not in ("step", "seconds", "lr", "loss")) + ".",
+        + ", ".join(f"{k} {v:.4f}" for k, v in loop["final"].items() if k not in ("step", "seconds", "lr", "loss"))
+        + ".",
         *([f"- Started from the weights of `{init_from}` (fresh optimiser and schedule)."] if init_from else []),
         *(f"- Earlier run, continued by the next: `{c}`" for c in earlier_commands),
-        f"- Command: `{' '.join(command)}`", "",
-        f"![loss curve]({plot})", "",
-        "## Acceptance (held-out prompts from the training share, greedy)", "",
-        *(["- not measured (`--eval-prompts 0`)."] if not acc["prompts"] else [
-        f"- τ (mean acceptance length, bonus token included): {acc['mean_acceptance_length']:.3f}",
-        f"- acceptance rate: {'n/a' if rate is None else f'{rate:.3f}'}; accepted per position: {acc['accepted_per_position']}",
-        f"- {acc['prompts']} prompts × {acc['max_tokens']} tokens; output identical to plain decoding: {acc['identical_to_baseline']}"]),
-        "", "Benchmark figures on the benchmark workload are in the repository's BENCHMARKS.md.", "",
+        f"- Command: `{' '.join(command)}`",
+        "",
+        f"![loss curve]({plot})",
+        "",
+        "## Acceptance (held-out prompts from the training share, greedy)",
+        "",
+        *(
+            ["- not measured (`--eval-prompts 0`)."]
+            if not acc["prompts"]
+            else [
+                f"- τ (mean acceptance length, bonus token included): {acc['mean_acceptance_length']:.3f}",
+                f"- acceptance rate: {'n/a' if rate is None else f'{rate:.3f}'}; accepted per position: {acc['accepted_per_position']}",
+                f"- {acc['prompts']} prompts × {acc['max_tokens']} tokens; output identical to plain decoding: {acc['identical_to_baseline']}",
+            ]
+        ),
+        "",
+        "Benchmark figures on the benchmark workload are in the repository's BENCHMARKS.md.",
+        "",
     ]
     path = out / "README.md"
     path.write_text("\n".join(lines))

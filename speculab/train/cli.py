@@ -19,19 +19,33 @@ def _target_flags(p: argparse.ArgumentParser) -> None:
 def _data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, default=None, help="self-distilled data cache (default: ~/.cache/speculab/train-data/<target>)")
     p.add_argument("--num-prompts", type=int, default=144, help="training prompts drawn and answered per prompt seed")
-    p.add_argument("--prompt-seeds", type=int, nargs="+", default=None, metavar="SEED",
-                   help="draw --num-prompts prompts for each of these seeds (default: --seed), each set kept in "
-                        "its own data folder (DATA_DIR, then DATA_DIR-seedN): more seeds, more answered prompts")
+    p.add_argument(
+        "--prompt-seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="SEED",
+        help="draw --num-prompts prompts for each of these seeds (default: --seed), each set kept in "
+        "its own data folder (DATA_DIR, then DATA_DIR-seedN): more seeds, more answered prompts",
+    )
     p.add_argument("--response-tokens", type=int, default=160)
-    p.add_argument("--code-windows", type=int, default=0,
-                   help="also have the target read this many long code windows of training-share files "
-                        "(prefill only: much cheaper per token than answered prompts)")
+    p.add_argument(
+        "--code-windows",
+        type=int,
+        default=0,
+        help="also have the target read this many long code windows of training-share files "
+        "(prefill only: much cheaper per token than answered prompts)",
+    )
 
 
 def _ranking_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ranking-source-chars", type=int, default=2_000_000,
-                   help="characters per domain of training-share source files counted, beside the "
-                        "self-distilled data, for the token ranking of reduced draft vocabularies (0: data only)")
+    p.add_argument(
+        "--ranking-source-chars",
+        type=int,
+        default=2_000_000,
+        help="characters per domain of training-share source files counted, beside the "
+        "self-distilled data, for the token ranking of reduced draft vocabularies (0: data only)",
+    )
 
 
 def _training_flags(p: argparse.ArgumentParser) -> None:
@@ -49,9 +63,14 @@ def _training_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _init_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--init", type=Path, default=None, metavar="DIR",
-                   help="start from the weights of this trained drafter (same kind, same target) with a fresh "
-                        "optimiser and schedule, e.g. to go on training a shipped drafter on more data")
+    p.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="start from the weights of this trained drafter (same kind, same target) with a fresh "
+        "optimiser and schedule, e.g. to go on training a shipped drafter on more data",
+    )
 
 
 def _eagle3_flags(p: argparse.ArgumentParser) -> None:
@@ -60,9 +79,13 @@ def _eagle3_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _draft_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft-vocab", type=int, default=8192,
-                   help="score the loss over the N most frequent tokens plus --negatives others drawn each step "
-                        "(several times cheaper per step on a CPU; 0: the whole vocabulary)")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=8192,
+        help="score the loss over the N most frequent tokens plus --negatives others drawn each step "
+        "(several times cheaper per step on a CPU; 0: the whole vocabulary)",
+    )
     p.add_argument("--negatives", type=int, default=1024)
     p.add_argument("--hidden-size", type=int, default=192)
     p.add_argument("--layers", type=int, default=3)
@@ -75,12 +98,18 @@ def _out_flag(p: argparse.ArgumentParser) -> None:
 
 KINDS = {  # kind -> (help, flag groups, command name in pipeline.py)
     "eagle": ("an EAGLE-1/2 head (published layout)", (_target_flags, _data_flags, _training_flags, _init_flag), "cmd_train"),
-    "eagle3": ("an EAGLE-3 head (published layout), with the training-time test",
-               (_target_flags, _data_flags, _training_flags, _eagle3_flags), "cmd_train"),
+    "eagle3": (
+        "an EAGLE-3 head (published layout), with the training-time test",
+        (_target_flags, _data_flags, _training_flags, _eagle3_flags),
+        "cmd_train",
+    ),
     "draft": ("a small draft model (HF layout)", (_target_flags, _data_flags, _training_flags, _init_flag, _draft_flags), "cmd_train"),
     "data": ("only make (or finish) the self-distilled data the trainers read", (_target_flags, _data_flags), "cmd_data"),
-    "vocab": ("only write the token ranking (draft_vocab.safetensors) beside an existing head",
-              (_target_flags, _data_flags, _out_flag, _ranking_flags), "cmd_vocab"),
+    "vocab": (
+        "only write the token ranking (draft_vocab.safetensors) beside an existing head",
+        (_target_flags, _data_flags, _out_flag, _ranking_flags),
+        "cmd_vocab",
+    ),
 }
 
 

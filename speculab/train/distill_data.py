@@ -88,8 +88,15 @@ def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
                 continue
             task = tasks[len(prompts) % len(tasks)]
             content = code_prompt(file, task, window)
-            prompts.append({"id": f"train-{len(prompts):05d}", "domain": domain, "task": task,
-                            "source": file.file_id, "prompt_ids": tokenizer.encode_chat([{"role": "user", "content": content}])})
+            prompts.append(
+                {
+                    "id": f"train-{len(prompts):05d}",
+                    "domain": domain,
+                    "task": task,
+                    "source": file.file_id,
+                    "prompt_ids": tokenizer.encode_chat([{"role": "user", "content": content}]),
+                }
+            )
     return prompts
 
 
@@ -111,8 +118,7 @@ def draw_code_windows(tokenizer, spec: CodeSpec, skip_files: set[str] = frozense
             request = CODE_REQUEST.format(path=file.path.removeprefix("package/"), source=file.source.label)
             ids = tokenizer.encode_chat([{"role": "user", "content": request}])
             ids += tokenizer.encode(f"```{FENCE[domain]}\n{window.code}```", add_bos=False)
-            windows.append({"id": f"code-{len(windows):05d}", "domain": domain, "task": "code", "source": file.file_id,
-                            "prompt_ids": ids})
+            windows.append({"id": f"code-{len(windows):05d}", "domain": domain, "task": "code", "source": file.file_id, "prompt_ids": ids})
             taken += 1
     return windows
 
@@ -191,8 +197,7 @@ class FeatureRecorder(Proposer):
         return torch.cat(self.features.pop(request_id))
 
 
-def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16,
-                       feature_layers: tuple[int, ...] = ()) -> list[dict]:
+def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16, feature_layers: tuple[int, ...] = ()) -> list[dict]:
     """Answer the training prompts with the target, recording its features; resumes from ``out_dir``."""
     from speculab.engine import Engine
 
@@ -202,33 +207,37 @@ def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 
     if len(done) >= spec.num_prompts:
         return done[: spec.num_prompts]
     prompts = draw_prompts(loaded.tokenizer, spec)
-    todo = prompts[len(done):]
+    todo = prompts[len(done) :]
     if not todo:
         return done
     max_len = max(len(p["prompt_ids"]) for p in prompts) + spec.response_tokens + 8
     recorder = FeatureRecorder(feature_layers)
-    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len,
-                    stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
+    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len, stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
     rng = random.Random(spec.seed + 1 + len(done))
     with tqdm(total=len(prompts), initial=len(done), desc="self-distillation", unit="prompt") as bar:
         for group in _groups(todo, batch_size):
-            params = [SamplingParams(max_tokens=spec.response_tokens,
-                                     temperature=0.8 if rng.random() < spec.sampled_share else 0.0,
-                                     seed=rng.randrange(1 << 30)) for _ in group]
+            params = [
+                SamplingParams(
+                    max_tokens=spec.response_tokens,
+                    temperature=0.8 if rng.random() < spec.sampled_share else 0.0,
+                    seed=rng.randrange(1 << 30),
+                )
+                for _ in group
+            ]
             requests = engine.generate([g["prompt_ids"] for g in group], params)
             shard = f"features-{len(done):05d}.safetensors"
             tensors, records = {}, []
             for prompt, request, p in zip(group, requests, params):
                 tensors[prompt["id"]] = recorder.take(request.id).contiguous()
-                records.append({**prompt, "response_ids": request.output_ids,
-                                "temperature": p.temperature, "features_file": shard})
+                records.append({**prompt, "response_ids": request.output_ids, "temperature": p.temperature, "features_file": shard})
             done += _store_shard(out_dir / shard, tensors, index, records)
             bar.update(len(group))
     return done
 
 
-def record_code_windows(loaded, spec: CodeSpec, out_dir: Path, skip_files: set[str] = frozenset(),
-                        batch_size: int = 4, feature_layers: tuple[int, ...] = ()) -> list[dict]:
+def record_code_windows(
+    loaded, spec: CodeSpec, out_dir: Path, skip_files: set[str] = frozenset(), batch_size: int = 4, feature_layers: tuple[int, ...] = ()
+) -> list[dict]:
     """Have the target read the code windows, recording its features; resumes from ``out_dir``.
 
     Each window is a one-token request: the prefill gives the features of every
@@ -244,14 +253,17 @@ def record_code_windows(loaded, spec: CodeSpec, out_dir: Path, skip_files: set[s
     done = _stored_records(out_dir, index)
     windows = draw_code_windows(loaded.tokenizer, spec, skip_files)
     if [r["source"] for r in done] != [w["source"] for w in windows[: len(done)]]:
-        raise ValueError(f"{index} holds code windows drawn with other settings than {spec}; "
-                         "pass the same --code-windows as before, or another --data-dir")
-    todo = windows[len(done):]
+        raise ValueError(
+            f"{index} holds code windows drawn with other settings than {spec}; "
+            "pass the same --code-windows as before, or another --data-dir"
+        )
+    todo = windows[len(done) :]
     if not todo:
         return done
     recorder = FeatureRecorder(feature_layers)
-    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max(len(w["prompt_ids"]) for w in todo) + 8,
-                    stop_ids=(), proposer=recorder)
+    engine = Engine(
+        loaded.model, max_batch=batch_size, max_seq_len=max(len(w["prompt_ids"]) for w in todo) + 8, stop_ids=(), proposer=recorder
+    )
     with tqdm(total=len(windows), initial=len(done), desc="code windows", unit="window") as bar:
         for group in _groups(todo, batch_size):
             requests = engine.generate([g["prompt_ids"] for g in group], [SamplingParams(max_tokens=1)] * len(group))
@@ -275,15 +287,21 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
     return features
 
 
-def data_manifest(sequences: list[dict], specs: list[DataSpec], windows: list[dict] = (),
-                  code_spec: CodeSpec | None = None) -> dict:
+def data_manifest(sequences: list[dict], specs: list[DataSpec], windows: list[dict] = (), code_spec: CodeSpec | None = None) -> dict:
     """What the trainers read: the prompt sets (one spec per prompt seed), code windows, token counts, sources."""
     files = sorted({s["source"] for s in [*sequences, *windows]})
     return {
         "spec": specs[0].__dict__,
         **({"prompt_seeds": [s.seed for s in specs]} if len(specs) > 1 else {}),
-        **({"code_spec": code_spec.__dict__, "code_windows": len(windows),
-            "code_window_tokens": sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows)} if windows else {}),
+        **(
+            {
+                "code_spec": code_spec.__dict__,
+                "code_windows": len(windows),
+                "code_window_tokens": sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows),
+            }
+            if windows
+            else {}
+        ),
         "num_sequences": len(sequences),
         "num_tokens": sum(len(s["prompt_ids"]) + len(s["response_ids"]) for s in sequences),
         "response_tokens": sum(len(s["response_ids"]) for s in sequences),

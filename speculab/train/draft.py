@@ -23,8 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json")
 
 
 @dataclass(frozen=True)
@@ -35,14 +34,33 @@ class DraftBatch:
 
 
 def draft_config(target_raw: dict, hidden_size: int, layers: int, intermediate_size: int, head_dim: int = 64) -> dict:
-    keep = ("vocab_size", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings",
-            "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act")
+    keep = (
+        "vocab_size",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_scaling",
+        "rope_parameters",
+        "max_position_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "hidden_act",
+    )
     heads = max(1, hidden_size // head_dim)
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            **{k: target_raw[k] for k in keep if k in target_raw},
-            "hidden_size": hidden_size, "intermediate_size": intermediate_size, "num_hidden_layers": layers,
-            "num_attention_heads": heads, "num_key_value_heads": 1, "head_dim": head_dim,
-            "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **{k: target_raw[k] for k in keep if k in target_raw},
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 1,
+        "head_dim": head_dim,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
 
 
 def new_draft(target_raw: dict, target_embedding: Tensor, hidden_size: int, layers: int, intermediate_size: int, seed: int = 0):

@@ -72,8 +72,9 @@ def make_batch(items: list[tuple[list[int], Tensor]]) -> HeadBatch:
     return HeadBatch(tokens, features, targets, valid)
 
 
-def head_loss(head: EagleHead, target: Transformer, batch: HeadBatch, noise: bool = True,
-              token_loss_share: float = TOKEN_LOSS_SHARE) -> tuple[Tensor, dict]:
+def head_loss(
+    head: EagleHead, target: Transformer, batch: HeadBatch, noise: bool = True, token_loss_share: float = TOKEN_LOSS_SHARE
+) -> tuple[Tensor, dict]:
     bsz, q = batch.tokens.shape
     features = batch.features
     if noise:
@@ -99,15 +100,35 @@ def head_loss(head: EagleHead, target: Transformer, batch: HeadBatch, noise: boo
 
 def head_config(target_raw: dict) -> dict:
     """The published head config: the target's, one layer, ``bias: true``."""
-    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
-            "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "head_dim",
-            "bos_token_id", "eos_token_id", "pad_token_id", "hidden_act")
+    keep = (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "rms_norm_eps",
+        "rope_theta",
+        "rope_scaling",
+        "rope_parameters",
+        "max_position_embeddings",
+        "head_dim",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "hidden_act",
+    )
     config = {k: target_raw[k] for k in keep if k in target_raw}
     theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta")
     if theta is not None:  # readers that predate rope_parameters (the EAGLE reference code) read rope_theta
         config["rope_theta"] = theta
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": True, "num_hidden_layers": 1,
-            **config, "torch_dtype": "bfloat16"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "bias": True,
+        "num_hidden_layers": 1,
+        **config,
+        "torch_dtype": "bfloat16",
+    }
 
 
 def published_state(head: EagleHead) -> dict[str, Tensor]:
@@ -118,10 +139,14 @@ def published_state(head: EagleHead) -> dict[str, Tensor]:
     wq, wk, wv = layer.self_attn.qkv_proj.weight.split([q, kv, kv])
     gate, up = layer.mlp.gate_up_proj.weight.chunk(2)
     state = {
-        "fc.weight": head.fc.weight, "fc.bias": head.fc.bias,
-        "layers.0.self_attn.q_proj.weight": wq, "layers.0.self_attn.k_proj.weight": wk,
-        "layers.0.self_attn.v_proj.weight": wv, "layers.0.self_attn.o_proj.weight": layer.self_attn.o_proj.weight,
-        "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
+        "fc.weight": head.fc.weight,
+        "fc.bias": head.fc.bias,
+        "layers.0.self_attn.q_proj.weight": wq,
+        "layers.0.self_attn.k_proj.weight": wk,
+        "layers.0.self_attn.v_proj.weight": wv,
+        "layers.0.self_attn.o_proj.weight": layer.self_attn.o_proj.weight,
+        "layers.0.mlp.gate_proj.weight": gate,
+        "layers.0.mlp.up_proj.weight": up,
         "layers.0.mlp.down_proj.weight": layer.mlp.down_proj.weight,
         "layers.0.post_attention_layernorm.weight": layer.post_attention_layernorm.weight,
     }

@@ -130,8 +130,13 @@ def unrolled_hidden(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, s
         tokens = batch.tokens[:, (t + 1 + k).clamp(max=n - 1)]  # past the sequence: padding, masked in the loss
         # rows as a tensor, not a slice: reading the cache then copies, so the next step's in-place
         # writes leave what autograd saved for this step untouched (and the mask is cloned for the same reason)
-        fwd = ForwardBatch(torch.arange(bsz), (t + k).expand(bsz, q), (k * q + t).expand(bsz, q),
-                           mask.clone()[None, None].expand(bsz, 1, q, steps * q), None)
+        fwd = ForwardBatch(
+            torch.arange(bsz),
+            (t + k).expand(bsz, q),
+            (k * q + t).expand(bsz, q),
+            mask.clone()[None, None].expand(bsz, 1, q, steps * q),
+            None,
+        )
         hidden = head.hidden(target, tokens, hidden, fwd, cache)
         yield hidden
 
@@ -171,12 +176,19 @@ def save_eagle3_head(head: Eagle3Head, target_raw: dict, out: Path, dtype: torch
     gate, up = head.mlp.gate_up_proj.weight.chunk(2)
     m = "midlayer."
     weights = {
-        "fc.weight": head.fc.weight, "norm.weight": head.norm.weight, "lm_head.weight": head.lm_head.weight,
-        m + "hidden_norm.weight": head.hidden_norm.weight, m + "input_layernorm.weight": head.input_layernorm.weight,
+        "fc.weight": head.fc.weight,
+        "norm.weight": head.norm.weight,
+        "lm_head.weight": head.lm_head.weight,
+        m + "hidden_norm.weight": head.hidden_norm.weight,
+        m + "input_layernorm.weight": head.input_layernorm.weight,
         m + "post_attention_layernorm.weight": head.post_attention_layernorm.weight,
-        m + "self_attn.q_proj.weight": wq, m + "self_attn.k_proj.weight": wk, m + "self_attn.v_proj.weight": wv,
+        m + "self_attn.q_proj.weight": wq,
+        m + "self_attn.k_proj.weight": wk,
+        m + "self_attn.v_proj.weight": wv,
         m + "self_attn.o_proj.weight": head.self_attn.o_proj.weight,
-        m + "mlp.gate_proj.weight": gate, m + "mlp.up_proj.weight": up, m + "mlp.down_proj.weight": head.mlp.down_proj.weight,
+        m + "mlp.gate_proj.weight": gate,
+        m + "mlp.up_proj.weight": up,
+        m + "mlp.down_proj.weight": head.mlp.down_proj.weight,
     }
     state = {k: v.detach().to(dtype).contiguous() for k, v in weights.items()}
     draft_vocab = head.lm_head.weight.shape[0]
@@ -185,8 +197,12 @@ def save_eagle3_head(head: Eagle3Head, target_raw: dict, out: Path, dtype: torch
     t2d[target_ids] = True
     state |= {"d2t": head.d2t.detach().clone(), "t2d": t2d}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    config = head_config(target_raw) | {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab,
-                                        "target_hidden_size": head.target_hidden, "torch_dtype": str(dtype).removeprefix("torch.")}
+    config = head_config(target_raw) | {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": head.target_hidden,
+        "torch_dtype": str(dtype).removeprefix("torch."),
+    }
     config.pop("bias", None)  # EAGLE-3's fc has no bias
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out / "model.safetensors"

@@ -110,8 +110,13 @@ def run(
             torch.nn.utils.clip_grad_value_(params, cfg.clip_value)
             opt.step()
             step += 1
-            row = {"step": step, "seconds": round(time.perf_counter() - started, 2), "lr": lr,
-                   "loss": float(loss.detach()), **{k: float(v) for k, v in metrics.items()}}
+            row = {
+                "step": step,
+                "seconds": round(time.perf_counter() - started, 2),
+                "lr": lr,
+                "loss": float(loss.detach()),
+                **{k: float(v) for k, v in metrics.items()},
+            }
             history.append(row)
             log.write(json.dumps(row) + "\n")
             log.flush()

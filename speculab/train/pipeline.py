@@ -141,8 +141,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = RECIPES[args.kind]
     recipe = trainer.setup(args, target, loaded, sequences)
     model = recipe.model
-    cfg = loop.LoopConfig(steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps,
-                          checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes)
+    cfg = loop.LoopConfig(
+        steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes
+    )
     from speculab.train.distill_data import batches_by_tokens
 
     def batches(start: int):
@@ -165,22 +166,58 @@ def cmd_train(args: argparse.Namespace) -> int:
         proposer = recipe.load_for_eval(args.out, loaded)
         acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
     else:
-        acceptance = {"prompts": 0, "max_tokens": 0, "mean_acceptance_length": None, "acceptance_rate": None,
-                      "accepted_per_position": [], "identical_to_baseline": None}
-    loop_summary = {"steps_done": result.steps_done, "finished": result.finished, "seconds": result.seconds,
-                    "final": history[-1] if history else {}}
+        acceptance = {
+            "prompts": 0,
+            "max_tokens": 0,
+            "mean_acceptance_length": None,
+            "acceptance_rate": None,
+            "accepted_per_position": [],
+            "identical_to_baseline": None,
+        }
+    loop_summary = {
+        "steps_done": result.steps_done,
+        "finished": result.finished,
+        "seconds": result.seconds,
+        "final": history[-1] if history else {},
+    }
     init = getattr(args, "init", None)  # eagle and draft only
     earlier = (_earlier_commands(init) if init else []) + (_earlier_commands(args.out) if args.resume else [])
-    card = write_card(args.out, title=trainer.TITLE.format(target=loaded.path.name), summary=trainer.summary(model, args),
-                      data=data, loop=loop_summary, acceptance=acceptance, plot="loss.png", command=command,
-                      earlier_commands=earlier, init_from=init)
-    write_manifest(args.out, command=command, data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
-                   train_seconds=result.seconds,
-                   extra={"commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
-                          "total_seconds": round(time.perf_counter() - started, 1), "acceptance": acceptance,
-                          "steps": result.steps_done, "target": str(loaded.path)})
+    card = write_card(
+        args.out,
+        title=trainer.TITLE.format(target=loaded.path.name),
+        summary=trainer.summary(model, args),
+        data=data,
+        loop=loop_summary,
+        acceptance=acceptance,
+        plot="loss.png",
+        command=command,
+        earlier_commands=earlier,
+        init_from=init,
+    )
+    write_manifest(
+        args.out,
+        command=command,
+        data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
+        train_seconds=result.seconds,
+        extra={
+            "commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
+            "total_seconds": round(time.perf_counter() - started, 1),
+            "acceptance": acceptance,
+            "steps": result.steps_done,
+            "target": str(loaded.path),
+        },
+    )
     (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
-    print(json.dumps({"out": str(args.out), "card": str(card), "steps": result.steps_done,
-                      "train_minutes": round(result.seconds / 60, 1), "tau": acceptance["mean_acceptance_length"],
-                      "acceptance_rate": acceptance["acceptance_rate"]}))
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "card": str(card),
+                "steps": result.steps_done,
+                "train_minutes": round(result.seconds / 60, 1),
+                "tau": acceptance["mean_acceptance_length"],
+                "acceptance_rate": acceptance["acceptance_rate"],
+            }
+        )
+    )
     return 0

@@ -37,8 +37,10 @@ def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
         if name not in state:
             raise ValueError(f"--init {folder}: it has no tensor {name}; is it a drafter of this kind for this target?")
         if state[name].shape != value.shape:
-            raise ValueError(f"--init {folder}: tensor {name} has shape {tuple(state[name].shape)}, the model being "
-                             f"trained needs {tuple(value.shape)} (check --hidden-size, --layers, --intermediate-size)")
+            raise ValueError(
+                f"--init {folder}: tensor {name} has shape {tuple(state[name].shape)}, the model being "
+                f"trained needs {tuple(value.shape)} (check --hidden-size, --layers, --intermediate-size)"
+            )
     model.load_state_dict({name: state[name].to(value.dtype) for name, value in mine.items()})
 
 
@@ -70,21 +72,30 @@ class EagleRecipe:
         step_fn = lambda batch: head_loss(head, target, batch)  # noqa: E731
 
         load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
-        return Recipe(head, step_fn, make_batch, lambda m, out: save_head(m, raw, out), load_for_eval,
-                      ("loss", "feature_loss", "token_loss", "top1"), writes_ranking=True)
+        return Recipe(
+            head,
+            step_fn,
+            make_batch,
+            lambda m, out: save_head(m, raw, out),
+            load_for_eval,
+            ("loss", "feature_loss", "token_loss", "top1"),
+            writes_ranking=True,
+        )
 
     @staticmethod
     def summary(head, args) -> list[str]:
         n = sum(p.numel() for p in head.parameters())
-        return [f"An EAGLE-1-layout head (one decoder layer fed the target's final hidden states; {n / 1e6:.2f}M parameters, "
-                "bf16 safetensors), trained by `speculab train eagle` with the reference recipe: 1.0 · SmoothL1 on features "
-                "+ 0.1 · soft cross-entropy through the frozen lm_head, uniform feature noise, AdamW (β 0.9, 0.95) with "
-                "warm-up, gradient clipping by value 0.5.",
-                "Use it with `--method eagle --eagle DIR` (EAGLE-2 dynamic tree: num_steps 5, topk 8, num_draft_tokens 32 "
-                "in the acceptance figures below).",
-                "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
-                "share of the sources), for a reduced draft vocabulary: `--draft-vocab N`, or `draft_vocab=N` in "
-                "`speculab bench`."]
+        return [
+            f"An EAGLE-1-layout head (one decoder layer fed the target's final hidden states; {n / 1e6:.2f}M parameters, "
+            "bf16 safetensors), trained by `speculab train eagle` with the reference recipe: 1.0 · SmoothL1 on features "
+            "+ 0.1 · soft cross-entropy through the frozen lm_head, uniform feature noise, AdamW (β 0.9, 0.95) with "
+            "warm-up, gradient clipping by value 0.5.",
+            "Use it with `--method eagle --eagle DIR` (EAGLE-2 dynamic tree: num_steps 5, topk 8, num_draft_tokens 32 "
+            "in the acceptance figures below).",
+            "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
+            "share of the sources), for a reduced draft vocabulary: `--draft-vocab N`, or `draft_vocab=N` in "
+            "`speculab bench`.",
+        ]
 
 
 class Eagle3Recipe:
@@ -103,17 +114,25 @@ class Eagle3Recipe:
         step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps)  # noqa: E731
 
         load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
-        return Recipe(head, step_fn, lambda group: make_batch(target, target_ids, group),
-                      lambda m, out: save_eagle3_head(m, raw, out), load_for_eval, ("loss", "top1", "top1_step1", "top1_step2"))
+        return Recipe(
+            head,
+            step_fn,
+            lambda group: make_batch(target, target_ids, group),
+            lambda m, out: save_eagle3_head(m, raw, out),
+            load_for_eval,
+            ("loss", "top1", "top1_step1", "top1_step2"),
+        )
 
     @staticmethod
     def summary(head, args) -> list[str]:
         n = sum(p.numel() for p in head.parameters())
-        return [f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
-                f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
-                "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
-                f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k.",
-                "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below)."]
+        return [
+            f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
+            f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
+            "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
+            f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k.",
+            "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
+        ]
 
 
 class DraftRecipe:
@@ -137,8 +156,15 @@ class DraftRecipe:
         step_fn = lambda batch: draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
 
         load_for_eval = _evaluation("draft:num_speculative_tokens=5,draft_vocab=none")
-        return Recipe(draft, step_fn, make_batch, lambda m, out: save_draft(m, loaded.path, out), load_for_eval,
-                      ("kl", "top1", "overlap"), writes_ranking=DraftRecipe.reduced(args, vocab_size))
+        return Recipe(
+            draft,
+            step_fn,
+            make_batch,
+            lambda m, out: save_draft(m, loaded.path, out),
+            load_for_eval,
+            ("kl", "top1", "overlap"),
+            writes_ranking=DraftRecipe.reduced(args, vocab_size),
+        )
 
     @staticmethod
     def reduced(args, vocab_size: int) -> bool:
@@ -148,15 +174,23 @@ class DraftRecipe:
     @staticmethod
     def summary(draft, args) -> list[str]:
         n = sum(p.numel() for p in draft.parameters())
-        return [f"A Llama-architecture draft model ({args.layers} layers, hidden {args.hidden_size}, {n / 1e6:.2f}M parameters, "
-                "tied embeddings, bf16 safetensors, the target's tokenizer), distilled by `speculab train draft`: "
-                "KL(target ‖ draft) at every position of self-distilled data; the embedding starts as the target's "
-                "projected on its principal directions.",
-                *([f"The loss covers the {args.draft_vocab:,} most frequent tokens plus {args.negatives:,} others drawn "
-                   "afresh each step (which keep the rest of the output rows low); the model drafts over its whole "
-                   "vocabulary."] if DraftRecipe.reduced(args, draft.config.vocab_size) else []),
-                "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
-                "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it)."]
+        return [
+            f"A Llama-architecture draft model ({args.layers} layers, hidden {args.hidden_size}, {n / 1e6:.2f}M parameters, "
+            "tied embeddings, bf16 safetensors, the target's tokenizer), distilled by `speculab train draft`: "
+            "KL(target ‖ draft) at every position of self-distilled data; the embedding starts as the target's "
+            "projected on its principal directions.",
+            *(
+                [
+                    f"The loss covers the {args.draft_vocab:,} most frequent tokens plus {args.negatives:,} others drawn "
+                    "afresh each step (which keep the rest of the output rows low); the model drafts over its whole "
+                    "vocabulary."
+                ]
+                if DraftRecipe.reduced(args, draft.config.vocab_size)
+                else []
+            ),
+            "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
+            "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it).",
+        ]
 
 
 RECIPES = {"eagle": EagleRecipe, "eagle3": Eagle3Recipe, "draft": DraftRecipe}

@@ -42,3 +42,15 @@ def test_a_length_difference_is_not_a_token_choice(tmp_path):
     loaded = runtime.load(save_tiny_checkpoint(tmp_path / "tiny"), "float32")
     prompt = loaded.tokenizer.encode("w5")
     assert divergences(loaded, [prompt], ["w10 w11"], ["w10 w11 w12"]) == []
+
+
+def test_token_ids_give_the_same_divergence_as_texts(tmp_path):
+    from speculab.bench.divergence import token_divergences
+
+    loaded = runtime.load(save_tiny_checkpoint(tmp_path / "tiny"), "float32")
+    tok = loaded.tokenizer
+    prompt = tok.encode("w5 w6")
+    ref, out = "w10 w11 w12", "w10 w30 w12"
+    by_text = divergences(loaded, [prompt], [out], [ref])
+    by_ids = token_divergences(loaded, [prompt], [tok.encode(out, add_bos=False)], [tok.encode(ref, add_bos=False)])
+    assert by_ids == by_text and by_ids[0].token_index == 1

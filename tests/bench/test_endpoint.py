@@ -28,7 +28,6 @@ vllm:generation_tokens_total{engine="0",model_name="m"} 99.0
 """
 
 
-
 def v1_metrics(**values) -> str:
     text = V1_METRICS
     for key, value in values.items():
@@ -67,8 +66,13 @@ def test_no_spec_counters_means_no_figures():
 
 
 def test_per_response_stats_of_speculab_and_sglang():
-    ours = response_spec({"metrics": {"speculative_decoding": {"num_verify_steps": 10, "num_drafts": 10, "num_draft_tokens": 20,
-                                                               "num_accepted_draft_tokens": 7}}})
+    ours = response_spec(
+        {
+            "metrics": {
+                "speculative_decoding": {"num_verify_steps": 10, "num_drafts": 10, "num_draft_tokens": 20, "num_accepted_draft_tokens": 7}
+            }
+        }
+    )
     assert (ours.steps, ours.accepted, ours.drafted) == (10, 7, 20)
     # SGLang: meta_info.spec_verify_ct verify steps for completion_tokens tokens (accept length = tokens / steps)
     sglang = response_spec({"meta_info": {"spec_verify_ct": 8, "completion_tokens": 20, "spec_accept_length": 2.5}})
@@ -83,11 +87,16 @@ def test_text_agreement():
 
 @pytest.fixture()
 def short_workload(tmp_path):
-    lines = [json.dumps({"id": f"p{i}", "domain": DOMAINS[i % 3], "task": "refactor",
-                         "messages": [{"role": "user", "content": q}]})
-             for i, q in enumerate(["Write a Python function that merges two sorted lists.",
-                                    "Write a TypeScript type guard for a User with id and name.",
-                                    "Write a SQL query that counts orders per customer."])]
+    lines = [
+        json.dumps({"id": f"p{i}", "domain": DOMAINS[i % 3], "task": "refactor", "messages": [{"role": "user", "content": q}]})
+        for i, q in enumerate(
+            [
+                "Write a Python function that merges two sorted lists.",
+                "Write a TypeScript type guard for a User with id and name.",
+                "Write a SQL query that counts orders per customer.",
+            ]
+        )
+    ]
     path = tmp_path / "workload.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -96,9 +105,32 @@ def short_workload(tmp_path):
 @pytest.mark.slow
 def test_endpoint_acceptance_equals_in_process(eagle_server, short_workload, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["bench", "--methods", "baseline", "eagle", "--endpoint", eagle_server.url, "--label", "eagle-over-http",
-                 "--batch-sizes", "1", "--num-prompts", "3", "--max-tokens", "24", "--dtype", "float32", "--no-prompt-cache",
-                 "--workload", str(short_workload), "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "bench",
+            "--methods",
+            "baseline",
+            "eagle",
+            "--endpoint",
+            eagle_server.url,
+            "--label",
+            "eagle-over-http",
+            "--batch-sizes",
+            "1",
+            "--num-prompts",
+            "3",
+            "--max-tokens",
+            "24",
+            "--dtype",
+            "float32",
+            "--no-prompt-cache",
+            "--workload",
+            str(short_workload),
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     cells = {c["label"]: c for c in map(json.loads, (out / "results.jsonl").read_text().splitlines()) if c.get("kind") == "cell"}
     http, local = cells["eagle-over-http"], next(c for label, c in cells.items() if label.startswith("eagle("))

@@ -5,7 +5,6 @@
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,14 @@ from speculab.bench.llamacpp import run_llamacpp
 from speculab.cli import main
 from speculab.environments import llamacpp_env_dir, llamacpp_python
 from speculab.models.embedded import ensure_gguf
+from tests.helpers import require_peer_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def llama_env() -> Path:
-    if not (llamacpp_env_dir() / ".installed").exists():
-        if os.environ.get("SPECULAB_REQUIRE_PEERS"):
-            pytest.fail(f"no llama.cpp environment at {llamacpp_env_dir()}: `make test` makes it with `make llamacpp`")
-        pytest.skip("no llama.cpp environment: run `make llamacpp`")
+    require_peer_env(llamacpp_env_dir(), "llamacpp")
     return llamacpp_python(create=False)
 
 
@@ -44,8 +41,25 @@ def test_a_failing_run_quotes_llama_cpps_error(llama_env, tmp_path):
 
 
 def test_compare_llamacpp_end_to_end(llama_env, capsys):
-    assert main(["compare", "llama.cpp", "--quant", "bf16", "--dtype", "float32", "--max-tokens", "8", "--repeats", "1",
-                 "--prompt-tokens", "96"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "llama.cpp",
+                "--quant",
+                "bf16",
+                "--dtype",
+                "float32",
+                "--max-tokens",
+                "8",
+                "--repeats",
+                "1",
+                "--prompt-tokens",
+                "96",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["peer"] == "llama.cpp" and result["gguf"].endswith("BF16.gguf") and result["llama_cpp_version"] == "0.3.36"
     # the same dequantised weights on both sides: greedy tokens agree but for rounding near-ties

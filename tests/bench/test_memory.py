@@ -21,7 +21,9 @@ from speculab.bench.memory import (
 from speculab.models.config import CONFIGS, ModelConfig
 
 TINY = ModelConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
-TINY_DRAFT = ModelConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, tie_word_embeddings=True)
+TINY_DRAFT = ModelConfig(
+    vocab_size=100, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16, tie_word_embeddings=True
+)
 
 # Hand-counted TINY: q 64x64, k/v 64x32 each, o 64x64, MLP 3 x 64x128, two norms per layer; embed + lm_head; final norm.
 TINY_LAYER_LINEAR = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128  # 36864

@@ -17,38 +17,91 @@ TOK_S = {  # label -> tok/s per batch size (the study's table, as test data)
     "eagle(5,8,32)": [44.6, 78.4, 121.8, 158.6, 172.4],
 }
 METHOD = {"baseline": "baseline", "draft(4)": "draft", "eagle(5,8,32)": "eagle"}
-ACCEPT = {"draft(4)": (0.584, {"python": 0.612, "typescript": 0.567, "sql": 0.581}, 2.71),
-          "eagle(5,8,32)": (0.812, {"python": 0.834, "typescript": 0.798, "sql": 0.825}, 3.93)}
+ACCEPT = {
+    "draft(4)": (0.584, {"python": 0.612, "typescript": 0.567, "sql": 0.581}, 2.71),
+    "eagle(5,8,32)": (0.812, {"python": 0.834, "typescript": 0.798, "sql": 0.825}, 3.93),
+}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def run_record(run_id="r1", cpu="Test CPU"):
     target, drafter = CONFIGS["llama-3.3-70b"], CONFIGS["llama-3.2-1b"]
-    common = {"dtype_bytes": 2, "budget_bytes": 24_564 * 2**20, "tensor_parallel": 4, "target_weight_format": "awq",
-              "memory_utilization": 0.9, "overhead_bytes": 2 * 2**30}
+    common = {
+        "dtype_bytes": 2,
+        "budget_bytes": 24_564 * 2**20,
+        "tensor_parallel": 4,
+        "target_weight_format": "awq",
+        "memory_utilization": 0.9,
+        "overhead_bytes": 2 * 2**30,
+    }
     return {
-        "kind": "run", "run_id": run_id, "started": "2026-01-01T00:00:00Z",
-        "config": {"methods": ["baseline", "draft", "eagle"], "batch_sizes": BATCHES, "num_prompts": 8, "max_tokens": 64,
-                   "temperature": 0.0, "profile": "quick", "workload": "code-v1", "dtype": "bfloat16"},
-        "testbed": {"os": "Linux", "kernel": "6.8.0", "cpu": cpu, "ram_bytes": 8 * 2**30, "gpu": None,
-                    "python": "3.11.9", "torch": "2.13.0", "speculab": "0.1.0"},
-        "models": {"target": {"id": "tgt-model", "path": "/m/t", "sha256": "ab" * 32},
-                   "drafters": {"draft": {"id": "small-model", "path": "/m/d", "sha256": "cd" * 32}}},
-        "memory": {"baseline": estimate(target, None, None, **common),
-                   "draft": estimate(target, "draft", drafter, **common),
-                   "eagle": estimate(target, "eagle", None, **common)},
+        "kind": "run",
+        "run_id": run_id,
+        "started": "2026-01-01T00:00:00Z",
+        "config": {
+            "methods": ["baseline", "draft", "eagle"],
+            "batch_sizes": BATCHES,
+            "num_prompts": 8,
+            "max_tokens": 64,
+            "temperature": 0.0,
+            "profile": "quick",
+            "workload": "code-v1",
+            "dtype": "bfloat16",
+        },
+        "testbed": {
+            "os": "Linux",
+            "kernel": "6.8.0",
+            "cpu": cpu,
+            "ram_bytes": 8 * 2**30,
+            "gpu": None,
+            "python": "3.11.9",
+            "torch": "2.13.0",
+            "speculab": "0.1.0",
+        },
+        "models": {
+            "target": {"id": "tgt-model", "path": "/m/t", "sha256": "ab" * 32},
+            "drafters": {"draft": {"id": "small-model", "path": "/m/d", "sha256": "cd" * 32}},
+        },
+        "memory": {
+            "baseline": estimate(target, None, None, **common),
+            "draft": estimate(target, "draft", drafter, **common),
+            "eagle": estimate(target, "eagle", None, **common),
+        },
     }
 
 
 def cell(label, batch, tok_s, run_id="r1", **extra):
     acc, by_domain, tau = ACCEPT.get(label, (None, {}, 1.0))
-    record = {"kind": "cell", "run_id": run_id, "method": METHOD[label], "label": label, "params": {}, "batch_size": batch,
-              "num_prompts": 8, "repeats": 3, "output_tokens": 512, "wall_s": 512 / tok_s, "tok_s": tok_s,
-              "tok_s_per_request": tok_s / batch, "ttft_p50_s": 0.1, "ttft_p99_s": 0.2, "tpot_p50_s": 0.05, "tpot_p99_s": 0.08,
-              "itl_p50_s": 0.04, "itl_p99_s": 0.09, "tau": tau, "acceptance_rate": acc, "acceptance_by_domain": by_domain,
-              "tau_by_domain": {d: tau for d in by_domain}, "accepted_per_position": [5, 3, 1], "steps": 100,
-              "peak_rss_bytes": 2**30, "greedy_identical": None if label == "baseline" else True, "agreement": None,
-              "some_future_field": 1}
+    record = {
+        "kind": "cell",
+        "run_id": run_id,
+        "method": METHOD[label],
+        "label": label,
+        "params": {},
+        "batch_size": batch,
+        "num_prompts": 8,
+        "repeats": 3,
+        "output_tokens": 512,
+        "wall_s": 512 / tok_s,
+        "tok_s": tok_s,
+        "tok_s_per_request": tok_s / batch,
+        "ttft_p50_s": 0.1,
+        "ttft_p99_s": 0.2,
+        "tpot_p50_s": 0.05,
+        "tpot_p99_s": 0.08,
+        "itl_p50_s": 0.04,
+        "itl_p99_s": 0.09,
+        "tau": tau,
+        "acceptance_rate": acc,
+        "acceptance_by_domain": by_domain,
+        "tau_by_domain": {d: tau for d in by_domain},
+        "accepted_per_position": [5, 3, 1],
+        "steps": 100,
+        "peak_rss_bytes": 2**30,
+        "greedy_identical": None if label == "baseline" else True,
+        "agreement": None,
+        "some_future_field": 1,
+    }
     record.update(extra)
     return record
 

@@ -22,17 +22,39 @@ def setup(tmp_path_factory):
     lines = []
     for i in range(6):
         words = " ".join(f"w{3 + (i * 7 + j * 3) % 200}" for j in range(12 + i))
-        lines.append(json.dumps({"id": f"p{i}", "domain": DOMAINS[i % 3], "task": "refactor",
-                                 "messages": [{"role": "user", "content": words}]}))
+        lines.append(
+            json.dumps({"id": f"p{i}", "domain": DOMAINS[i % 3], "task": "refactor", "messages": [{"role": "user", "content": words}]})
+        )
     workload.write_text("\n".join(lines) + "\n")
     return root, target, draft, workload
 
 
 def bench_args(setup, out, *extra):
     root, target, draft, workload = setup
-    return ["bench", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--methods", "baseline",
-            "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3", f"draft:draft={draft}",
-            "--batch-sizes", "1", "2", "--num-prompts", "6", "--max-tokens", "8", "--out", str(out), "--no-progress", *extra]
+    return [
+        "bench",
+        "--model",
+        str(target),
+        "--dtype",
+        "float32",
+        "--workload",
+        str(workload),
+        "--methods",
+        "baseline",
+        "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3",
+        f"draft:draft={draft}",
+        "--batch-sizes",
+        "1",
+        "2",
+        "--num-prompts",
+        "6",
+        "--max-tokens",
+        "8",
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 def cells(out):
@@ -44,8 +66,15 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
     assert main(bench_args(setup, out)) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = cells(out)
-    assert {(c["label"], c["batch_size"]) for c in rows} == {(m, b) for m in ("baseline", "ngram(num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3)",
-                                                                            "draft(num_speculative_tokens=3,draft_vocab=auto)@draft") for b in (1, 2)}
+    assert {(c["label"], c["batch_size"]) for c in rows} == {
+        (m, b)
+        for m in (
+            "baseline",
+            "ngram(num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3)",
+            "draft(num_speculative_tokens=3,draft_vocab=auto)@draft",
+        )
+        for b in (1, 2)
+    }
     for c in rows:
         assert c["greedy_identical"] is True and c["agreement"] == 1.0  # lossless, fp32
         assert c["output_tokens"] > 0 and c["tok_s"] > 0 and c["ttft_p50_s"] > 0
@@ -127,7 +156,11 @@ def test_method_specs_parse_with_defaults_and_labels():
         parse_method("eagle:draft_vocab=many")
     spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
     assert spec.params["batch_budget"] is None and spec.label == "eagle(num_steps=5,topk=8,num_draft_tokens=32,draft_vocab=auto)"
-    assert parse_method("ngram:num_speculative_tokens=3").params == {"num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5,
-                                                                    "disable_by_batch_size": None}
+    assert parse_method("ngram:num_speculative_tokens=3").params == {
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+        "disable_by_batch_size": None,
+    }
     with pytest.raises(ValueError, match="takes"):
         parse_method("baseline:k=1")

@@ -24,13 +24,19 @@ def test_sglang_openai_response_details():
     body = json.loads((FIXTURES / "sglang-chat-response.json").read_text())
     spec = response_spec(body)
     details = body["sglext"]["spec_tokens_details"]
-    assert (spec.steps, spec.accepted, spec.drafted) == (details["spec_verify_ct"], details["spec_num_correct_drafts"],
-                                                       details["spec_num_proposed_drafts"])
+    assert (spec.steps, spec.accepted, spec.drafted) == (
+        details["spec_verify_ct"],
+        details["spec_num_correct_drafts"],
+        details["spec_num_proposed_drafts"],
+    )
 
 
 def test_sglang_stream_carries_the_details_in_its_last_chunk():
-    chunks = [json.loads(line[len("data: "):]) for line in (FIXTURES / "sglang-chat-stream.txt").read_text().splitlines()
-              if line.startswith("data: {")]
+    chunks = [
+        json.loads(line[len("data: ") :])
+        for line in (FIXTURES / "sglang-chat-stream.txt").read_text().splitlines()
+        if line.startswith("data: {")
+    ]
     final = next(c for c in reversed(chunks) if c.get("sglext"))
     assert final["choices"] == []
     assert response_spec(final).steps == 22
@@ -40,7 +46,11 @@ def test_sglang_generate_meta_info():
     body = json.loads((FIXTURES / "sglang-generate-response.json").read_text())
     meta = body["meta_info"]
     spec = response_spec(body)
-    assert (spec.steps, spec.accepted, spec.drafted) == (meta["spec_verify_ct"], meta["spec_num_correct_drafts"], meta["spec_num_proposed_drafts"])
+    assert (spec.steps, spec.accepted, spec.drafted) == (
+        meta["spec_verify_ct"],
+        meta["spec_num_correct_drafts"],
+        meta["spec_num_proposed_drafts"],
+    )
     old = response_spec({"meta_info": {"spec_verify_ct": 8, "completion_tokens": 20}})  # before 0.5.2x: the verify count only
     assert (old.steps, old.accepted, old.drafted) == (8, 12, None)
 

@@ -49,8 +49,26 @@ def test_a_user_target_needs_its_own_drafter(capsys, tmp_path):
     assert main(["launch", "vllm", "--method", "eagle", "--target", str(target), "--print", "--out", str(tmp_path / "r")]) == 2
     assert "needs --draft PATH" in capsys.readouterr().err
     head = write_eagle_head(tmp_path / "head", tiny_hf_model().config)
-    assert main(["launch", "vllm", "--method", "eagle", "--target", str(target), "--draft", str(head), "--engine-version", "0.32.0",
-                 "--print", "--out", str(tmp_path / "r")]) == 0
+    assert (
+        main(
+            [
+                "launch",
+                "vllm",
+                "--method",
+                "eagle",
+                "--target",
+                str(target),
+                "--draft",
+                str(head),
+                "--engine-version",
+                "0.32.0",
+                "--print",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 0
+    )
     assert '"method":"eagle"' in last_json(capsys)["command"]
 
 

@@ -16,8 +16,15 @@ from tests.servers import free_port
 
 
 def _plan(program: tuple[str, ...], port: int, flags=()) -> LaunchPlan:
-    return LaunchPlan("speculab", Version("0.0"), program, tuple(flags), (Flag("SPECULAB_TEST_MARK", "1", "shown in the log"),),
-                      port=port, served_name="tiny")
+    return LaunchPlan(
+        "speculab",
+        Version("0.0"),
+        program,
+        tuple(flags),
+        (Flag("SPECULAB_TEST_MARK", "1", "shown in the log"),),
+        port=port,
+        served_name="tiny",
+    )
 
 
 def test_starts_a_real_server_waits_for_health_and_stops_it(tmp_path):

@@ -7,7 +7,6 @@ starts and stops it, and `speculab bench --engine vllm` measures it beside specu
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from speculab.jsonl import read_records
 from speculab.launch import vllm
 from speculab.launch.plan import LaunchRequest
 from speculab.methods import parse_method
+from tests.helpers import require_peer_env
 from tests.servers import free_port
 
 pytestmark = pytest.mark.slow
@@ -31,10 +31,7 @@ EAGLE_CHAIN = "eagle:topk=1,num_steps=3,num_draft_tokens=4,draft_vocab=none,batc
 
 @pytest.fixture(scope="module")
 def vllm_env() -> Path:
-    if not (vllm_env_dir() / ".installed").exists():
-        if os.environ.get("SPECULAB_REQUIRE_PEERS"):
-            pytest.fail(f"no vLLM environment at {vllm_env_dir()}: `make test` makes it with `make vllm`")
-        pytest.skip("no vLLM environment: run `make vllm`")
+    require_peer_env(vllm_env_dir(), "vllm")
     return vllm_python(create=False)
 
 
@@ -45,10 +42,29 @@ def test_the_installed_vllms_parser_accepts_every_method(vllm_env):
     for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3"):
         spec = parse_method(method)
         drafter = None if spec.name in ("baseline", "ngram") else Path(f"/exported/{spec.name}")
-        plans.append(vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/models/t"), drafter, version, port=8123, program=program,
-                                                  cpu=True, dtype="float32", max_model_len=2048)))
-    done = subprocess.run([str(vllm_env), str(Path(__file__).parent / "vllm_parse.py")], capture_output=True, text=True,
-                          input=json.dumps([p.argv[len(program):] for p in plans]), timeout=300)
+        plans.append(
+            vllm.vllm_plan(
+                LaunchRequest(
+                    "vllm",
+                    spec,
+                    Path("/models/t"),
+                    drafter,
+                    version,
+                    port=8123,
+                    program=program,
+                    cpu=True,
+                    dtype="float32",
+                    max_model_len=2048,
+                )
+            )
+        )
+    done = subprocess.run(
+        [str(vllm_env), str(Path(__file__).parent / "vllm_parse.py")],
+        capture_output=True,
+        text=True,
+        input=json.dumps([p.argv[len(program) :] for p in plans]),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     for plan, parsed in zip(plans, out["parsed"]):
@@ -62,9 +78,26 @@ def test_the_installed_vllms_parser_accepts_every_method(vllm_env):
 
 def test_launch_starts_vllm_and_ctrl_c_stops_it(vllm_env, tmp_path):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "speculab.cli", "launch", "vllm", "--method", "ngram", "--port", str(port),
-                                "--out", str(tmp_path / "run"), "--startup-timeout", "300"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "speculab.cli",
+            "launch",
+            "vllm",
+            "--method",
+            "ngram",
+            "--port",
+            str(port),
+            "--out",
+            str(tmp_path / "run"),
+            "--startup-timeout",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         while not lines or not lines[-1].startswith("{"):  # the JSON line comes once vLLM is healthy (bounded by --startup-timeout)
@@ -89,9 +122,31 @@ def test_launch_starts_vllm_and_ctrl_c_stops_it(vllm_env, tmp_path):
 
 def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
     out = tmp_path / "bench"
-    code = main(["bench", "--engine", "speculab", "vllm", "--methods", "baseline", "ngram", "draft", EAGLE_CHAIN,
-                 "--batch-sizes", "1", "4", "--num-prompts", "4", "--max-tokens", "16", "--engine-port", str(free_port()),
-                 "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "bench",
+            "--engine",
+            "speculab",
+            "vllm",
+            "--methods",
+            "baseline",
+            "ngram",
+            "draft",
+            EAGLE_CHAIN,
+            "--batch-sizes",
+            "1",
+            "4",
+            "--num-prompts",
+            "4",
+            "--max-tokens",
+            "16",
+            "--engine-port",
+            str(free_port()),
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     cells = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
     ours = {(c["method"], c["batch_size"]): c for c in cells if c["engine"] == "speculab"}

@@ -19,9 +19,19 @@ parsed = []
 for argv in json.load(sys.stdin):
     args = parser.parse_args(argv)  # an unknown flag or a bad value exits 2 with argparse's message
     validate_parsed_serve_args(args)
-    parsed.append({"model": args.model, "host": args.host, "port": args.port, "served_model_name": args.served_model_name,
-                   "dtype": args.dtype, "enforce_eager": args.enforce_eager, "max_model_len": args.max_model_len,
-                   "speculative_config": args.speculative_config})
+    parsed.append(
+        {
+            "model": args.model,
+            "host": args.host,
+            "port": args.port,
+            "served_model_name": args.served_model_name,
+            "dtype": args.dtype,
+            "enforce_eager": args.enforce_eager,
+            "max_model_len": args.max_model_len,
+            "speculative_config": args.speculative_config,
+        }
+    )
+
 
 def literal_values(tp) -> list[str]:
     args = typing.get_args(tp)
@@ -29,5 +39,4 @@ def literal_values(tp) -> list[str]:
 
 
 fields = [f.name for f in dataclasses.fields(speculative.SpeculativeConfig)]
-print(json.dumps({"parsed": parsed, "speculative_config_fields": fields,
-                  "methods": literal_values(speculative.SpeculativeMethod)}))
+print(json.dumps({"parsed": parsed, "speculative_config_fields": fields, "methods": literal_values(speculative.SpeculativeMethod)}))

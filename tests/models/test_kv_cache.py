@@ -72,7 +72,9 @@ def test_move_slot_keeps_its_contents():
     cache.move(2, 0)
     assert cache.lengths == [6, 0, 0]
     nxt = torch.randint(0, 256, (1, 1))
-    torch.testing.assert_close(run_chain(model, cache, 0, nxt, 6), fresh_last_logits(model, torch.cat([tokens, nxt], 1)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        run_chain(model, cache, 0, nxt, 6), fresh_last_logits(model, torch.cat([tokens, nxt], 1)), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_bytes_per_token_and_capacity():

@@ -25,7 +25,13 @@ def test_logits_match_transformers(kind, prepack):
 
 
 def test_llama3_rope_scaling_matches_transformers():
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     hf = tiny_hf_model("llama", rope_scaling=scaling, rope_theta=500000.0)
     ours = speculab_from_hf(hf)
     assert ours.config.rope_scaling.kind == "llama3"

@@ -80,8 +80,14 @@ def test_safetensors_preferred_over_bin(tmp_path):
 
 
 def test_config_reads_both_rope_spellings():
-    legacy = ModelConfig.from_hf_dict({**tiny_hf_model().config.to_dict(), "rope_parameters": None, "rope_theta": 5e5,
-                                       "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192}})
+    legacy = ModelConfig.from_hf_dict(
+        {
+            **tiny_hf_model().config.to_dict(),
+            "rope_parameters": None,
+            "rope_theta": 5e5,
+            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "original_max_position_embeddings": 8192},
+        }
+    )
     assert legacy.rope_theta == 5e5 and legacy.rope_scaling.kind == "llama3" and legacy.rope_scaling.factor == 32.0
     with pytest.raises(UnsupportedModelError, match="yarn"):
         ModelConfig.from_hf_dict({**tiny_hf_model().config.to_dict(), "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})

@@ -54,8 +54,11 @@ def test_at_least_twenty_distinct_cases():
 @pytest.mark.parametrize("route,body,status,words", CASES, ids=[f"{i}-{c[3]}" for i, c in enumerate(CASES)])
 def test_bad_request_is_refused_clearly(eagle_server, route, body, status, words):
     url = f"{eagle_server.v1}{route}"
-    sent = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=30) if isinstance(body, bytes) \
+    sent = (
+        httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=30)
+        if isinstance(body, bytes)
         else httpx.post(url, json=body, timeout=30)
+    )
     assert sent.status_code == status, sent.text
     error = sent.json()["error"]
     assert words.lower() in error["message"].lower(), error
@@ -65,5 +68,7 @@ def test_bad_request_is_refused_clearly(eagle_server, route, body, status, words
 def test_server_still_serves_after_bad_requests(eagle_server):
     for route, body, _, _ in CASES:
         httpx.post(f"{eagle_server.v1}{route}", json=body if not isinstance(body, bytes) else None, timeout=30)
-    ok = httpx.post(f"{eagle_server.v1}/completions", json={"model": MODEL, "prompt": "x = ", "max_tokens": 3, "temperature": 0}, timeout=60)
+    ok = httpx.post(
+        f"{eagle_server.v1}/completions", json={"model": MODEL, "prompt": "x = ", "max_tokens": 3, "temperature": 0}, timeout=60
+    )
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1

@@ -18,8 +18,15 @@ KEY = {"Authorization": "Bearer sekret"}
 
 
 async def stream_tokens(client: httpx.AsyncClient, url: str, max_tokens: int, prompt: str) -> tuple[int, str]:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     usage, text = None, ""
     async with aconnect_sse(client, "POST", f"{url}/completions", json=body) as source:
         assert source.response.status_code == 200

@@ -25,10 +25,18 @@ def scrape(url: str) -> dict[str, float]:
 
 def test_vllm_metric_names_are_exposed(eagle_server):
     names = set(scrape(eagle_server.url))
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                 "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-                 "vllm:spec_decode_num_accepted_tokens_total", "vllm:time_to_first_token_seconds_count",
-                 "vllm:inter_token_latency_seconds_count", "vllm:e2e_request_latency_seconds_count"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+    ):
         assert name in names, name
 
 
@@ -36,8 +44,9 @@ def test_counters_equal_the_per_response_stats(eagle_server):
     before = scrape(eagle_server.url)
     totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generated": 0, "prompt": 0, "per_pos": {}}
     for prompt in PROMPTS:
-        body = httpx.post(f"{eagle_server.v1}/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 24, "temperature": 0},
-                          timeout=120).json()
+        body = httpx.post(
+            f"{eagle_server.v1}/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 24, "temperature": 0}, timeout=120
+        ).json()
         spec = body["metrics"]["speculative_decoding"]
         totals["drafts"] += spec["num_drafts"]
         totals["draft_tokens"] += spec["num_draft_tokens"]

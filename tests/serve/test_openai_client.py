@@ -42,8 +42,9 @@ def test_models_lists_the_served_model(client):
 def test_chat_equals_in_process_greedy(client, in_process):
     tokenizer, generate = in_process
     expected, n = generate(tokenizer.encode_chat([{"role": "user", "content": QUESTION}]))
-    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS,
-                                           temperature=0)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS, temperature=0
+    )
     assert reply.choices[0].message.content == expected
     assert reply.choices[0].message.role == "assistant"
     assert reply.usage.completion_tokens == n and reply.choices[0].finish_reason in ("stop", "length")
@@ -54,8 +55,14 @@ def test_chat_equals_in_process_greedy(client, in_process):
 def test_chat_stream_equals_in_process_greedy(client, in_process):
     tokenizer, generate = in_process
     expected, n = generate(tokenizer.encode_chat([{"role": "user", "content": QUESTION}]))
-    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}], max_tokens=MAX_TOKENS,
-                                            temperature=0, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == expected

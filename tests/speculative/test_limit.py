@@ -36,5 +36,8 @@ def test_limit_is_a_method_parameter():
     from speculab.methods import parse_method
 
     spec = parse_method("ngram:disable_by_batch_size=4")
-    assert spec.params["disable_by_batch_size"] == 4 and spec.label == "ngram(num_speculative_tokens=4,prompt_lookup_min=2,prompt_lookup_max=5,disable_by_batch_size=4)"
+    assert (
+        spec.params["disable_by_batch_size"] == 4
+        and spec.label == "ngram(num_speculative_tokens=4,prompt_lookup_min=2,prompt_lookup_max=5,disable_by_batch_size=4)"
+    )
     assert parse_method("eagle").params["disable_by_batch_size"] is None

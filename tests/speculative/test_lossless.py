@@ -48,7 +48,8 @@ METHODS = {
     "draft-self": lambda target, other: make_proposer("draft", model=target, num_speculative_tokens=4),
     # a reduced draft vocabulary: 96 of the 256 tokens, in no particular order
     "draft-other-reduced": lambda target, other: make_proposer(
-        "draft", model=other, num_speculative_tokens=3, draft_vocab=torch.randperm(256, generator=torch.Generator().manual_seed(0))[:96]),
+        "draft", model=other, num_speculative_tokens=3, draft_vocab=torch.randperm(256, generator=torch.Generator().manual_seed(0))[:96]
+    ),
 }
 
 
@@ -75,8 +76,9 @@ def test_self_draft_accepts_everything(target):
 def test_self_draft_over_a_shuffled_whole_vocabulary_accepts_everything(target):
     """Draft indices map back to the right token ids: the target over every token, listed shuffled, is always right."""
     shuffled = torch.randperm(256, generator=torch.Generator().manual_seed(1))
-    requests = speculative(target, repetitive_prompts(2, seed=1),
-                           make_proposer("draft", model=target, num_speculative_tokens=4, draft_vocab=shuffled))
+    requests = speculative(
+        target, repetitive_prompts(2, seed=1), make_proposer("draft", model=target, num_speculative_tokens=4, draft_vocab=shuffled)
+    )
     assert all(r.stats.acceptance_rate == 1.0 for r in requests)
 
 
@@ -106,4 +108,3 @@ def test_vocabulary_mismatch_is_a_clear_error(target):
 def test_unknown_method_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown method 'medusa'"):
         make_proposer("medusa")
-

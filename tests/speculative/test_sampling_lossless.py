@@ -14,6 +14,7 @@ VOCAB = 12
 
 def exact_second_token(model, prompt, temperature):
     """P(second generated token) = sum over first tokens t of p(t | prompt) p(. | prompt, t), computed exactly."""
+
     def probs(tokens):
         cache = model.new_cache(1, 32)
         out = model(torch.tensor([tokens]), causal_batch(torch.arange(1), torch.zeros(1, dtype=torch.long), len(tokens)), cache)
@@ -32,10 +33,12 @@ def test_second_token_distribution_matches_target(method):
     counts = torch.zeros(VOCAB)
     batch, rounds = 16, 150  # 2,400 samples, fixed seeds: deterministic, so it cannot flake
     for rnd in range(rounds):
-        options = {"draft": dict(model=drafter, num_speculative_tokens=3),
-                   # the draft never proposes 4 of the 12 tokens: only recovered tokens can bring them
-                   "draft-reduced": dict(model=drafter, num_speculative_tokens=3, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9, 11])),
-                   "ngram": dict(num_speculative_tokens=3, prompt_lookup_max=2)}[method]
+        options = {
+            "draft": dict(model=drafter, num_speculative_tokens=3),
+            # the draft never proposes 4 of the 12 tokens: only recovered tokens can bring them
+            "draft-reduced": dict(model=drafter, num_speculative_tokens=3, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9, 11])),
+            "ngram": dict(num_speculative_tokens=3, prompt_lookup_max=2),
+        }[method]
         engine = Engine(target, max_batch=batch, max_seq_len=32, proposer=make_proposer(method.removesuffix("-reduced"), **options))
         params = [SamplingParams(max_tokens=2, temperature=1.0, seed=rnd * batch + i, ignore_eos=True) for i in range(batch)]
         for r in engine.generate([prompt] * batch, params):

@@ -78,6 +78,7 @@ def test_sampled_output_follows_the_target(shape):
             a, b = (int(torch.multinomial(q[0], 1, generator=g)) for _ in range(2))
             c = int(torch.multinomial(q[1], 1, generator=g))
             return VerifyTree.from_draft(0, Draft(torch.tensor([a, b, c]), torch.tensor([-1, -1, 0]), torch.stack([q[0], q[0], q[1]])))
+
     p = random_dist(gen, len(make_tree(gen)))
     errors = []
     for trials in (300, 3000, 30000):

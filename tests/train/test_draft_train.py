@@ -25,8 +25,7 @@ def test_distillation_reduces_kl_and_saves_a_lossless_drafter(tmp_path):
     with torch.no_grad():
         before = float(draft_loss(draft, target, batch)[0])
     stream = lambda start: (make_batch(g) for g in batches_by_tokens(items, 4 * 64, seed=0))  # noqa: E731
-    loop.run(draft, stream, lambda b: draft_loss(draft, target, b), loop.LoopConfig(steps=60, lr=3e-3, warmup_steps=5),
-             tmp_path / "run")
+    loop.run(draft, stream, lambda b: draft_loss(draft, target, b), loop.LoopConfig(steps=60, lr=3e-3, warmup_steps=5), tmp_path / "run")
     with torch.no_grad():
         after = float(draft_loss(draft, target, batch)[0])
     assert after < 0.85 * before, (before, after)

@@ -21,7 +21,8 @@ def sequences_with_features(target, n=6, length=40, seed=0):
     prompts = [torch.randint(3, 256, (length,), generator=g).tolist() for _ in range(n)]
     recorder = FeatureRecorder()
     requests = Engine(target, max_batch=3, max_seq_len=128, proposer=recorder).generate(
-        prompts, SamplingParams(max_tokens=24, ignore_eos=True))
+        prompts, SamplingParams(max_tokens=24, ignore_eos=True)
+    )
     return [(r.prompt_ids + r.output_ids, recorder.take(r.id)) for r in requests]
 
 
@@ -59,8 +60,9 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     head = new_head(target, seed=0)
     loop.run(head, stream, lambda b: head_loss(head, target, b), loop.LoopConfig(steps=6, checkpoint_every=3), tmp_path)
     again = new_head(target, seed=5)
-    result = loop.run(again, stream, lambda b: head_loss(again, target, b), loop.LoopConfig(steps=9, checkpoint_every=3),
-                      tmp_path, resume=True)
+    result = loop.run(
+        again, stream, lambda b: head_loss(again, target, b), loop.LoopConfig(steps=9, checkpoint_every=3), tmp_path, resume=True
+    )
     assert result.steps_done == 9
     assert [h["step"] for h in loop.read_log(tmp_path)] == list(range(1, 10))
 

@@ -28,8 +28,18 @@ def target_and_data(tmp_path_factory):
     items = sequences_with_features(load_model(target), n=4)
     records, tensors = [], {}
     for i, (ids, feats) in enumerate(items):
-        records.append({"id": f"train-{i:05d}", "domain": "python", "task": "refactor", "source": f"cpython-stdlib@3.11.7:x{i}.py",
-                        "prompt_ids": ids[:40], "response_ids": ids[40:], "temperature": 0.0, "features_file": "f.safetensors"})
+        records.append(
+            {
+                "id": f"train-{i:05d}",
+                "domain": "python",
+                "task": "refactor",
+                "source": f"cpython-stdlib@3.11.7:x{i}.py",
+                "prompt_ids": ids[:40],
+                "response_ids": ids[40:],
+                "temperature": 0.0,
+                "features_file": "f.safetensors",
+            }
+        )
         tensors[f"train-{i:05d}"] = feats.contiguous()
     save_file(tensors, data / "f.safetensors")
     (data / "sequences.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -42,12 +52,34 @@ def target_and_data(tmp_path_factory):
 def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_path, capsys, kind):
     target, data = target_and_data
     out = tmp_path / kind
-    extra = {"draft": ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"],
-             "eagle": ["--ranking-source-chars", "0"],
-             "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3"]}[kind]
-    args = ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
-            "--response-tokens", "24", "--steps", "4", "--checkpoint-every", "2", "--batch-tokens", "256",
-            "--eval-prompts", "0", *extra]
+    extra = {
+        "draft": ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"],
+        "eagle": ["--ranking-source-chars", "0"],
+        "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3"],
+    }[kind]
+    args = [
+        "train",
+        kind,
+        "--target",
+        str(target),
+        "--out",
+        str(out),
+        "--data-dir",
+        str(data),
+        "--num-prompts",
+        "4",
+        "--response-tokens",
+        "24",
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--batch-tokens",
+        "256",
+        "--eval-prompts",
+        "0",
+        *extra,
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["steps"] == 4
@@ -61,8 +93,9 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
         target_model = load_model(target)
         load_eagle_head(out, target_model)
         ranking = load_token_ranking(out, target_model.config.vocab_size)
-        counts = Counter(t for r in map(json.loads, (data / "sequences.jsonl").read_text().splitlines())
-                         for t in r["prompt_ids"] + r["response_ids"])
+        counts = Counter(
+            t for r in map(json.loads, (data / "sequences.jsonl").read_text().splitlines()) for t in r["prompt_ids"] + r["response_ids"]
+        )
         assert ranking.tolist() == sorted(counts, key=lambda t: (-counts[t], t))  # the data's tokens by falling frequency
         assert "draft_vocab.safetensors" in manifest["files"]
     elif kind == "eagle3":
@@ -70,7 +103,7 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     else:
         assert load_model(out).config.num_layers == 1
     # a resumed run with a larger step budget continues from the saved step
-    assert main([*args[:args.index("--steps") + 1], "6", *args[args.index("--steps") + 2:], "--resume"]) == 0
+    assert main([*args[: args.index("--steps") + 1], "6", *args[args.index("--steps") + 2 :], "--resume"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 6
     commands = json.loads((out / "manifest.json").read_text())["commands"]
     assert len(commands) == 2 and commands[1].endswith("--resume") and not commands[0].endswith("--resume")
@@ -79,8 +112,28 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
 
 def _train_args(kind, target, data, out, steps="4", *extra):
     sizes = ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"] if kind == "draft" else ["--ranking-source-chars", "0"]
-    return ["train", kind, "--target", str(target), "--out", str(out), "--data-dir", str(data), "--num-prompts", "4",
-            "--response-tokens", "24", "--steps", steps, "--batch-tokens", "256", "--eval-prompts", "0", *sizes, *extra]
+    return [
+        "train",
+        kind,
+        "--target",
+        str(target),
+        "--out",
+        str(out),
+        "--data-dir",
+        str(data),
+        "--num-prompts",
+        "4",
+        "--response-tokens",
+        "24",
+        "--steps",
+        steps,
+        "--batch-tokens",
+        "256",
+        "--eval-prompts",
+        "0",
+        *sizes,
+        *extra,
+    ]
 
 
 def test_prompt_seeds_read_every_seeds_folder(target_and_data, tmp_path, capsys):
@@ -140,8 +193,7 @@ def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(targe
 
     target, data = target_and_data
     out = tmp_path / "draft"
-    assert main(_train_args("draft", target, data, out, "2", "--draft-vocab", "32", "--negatives", "8",
-                            "--ranking-source-chars", "0")) == 0
+    assert main(_train_args("draft", target, data, out, "2", "--draft-vocab", "32", "--negatives", "8", "--ranking-source-chars", "0")) == 0
     assert "draft_vocab.safetensors" in json.loads((out / "manifest.json").read_text())["files"]
     loaded = runtime.load(str(target), "float32")
     ranking = load_token_ranking(out, loaded.model.config.vocab_size)

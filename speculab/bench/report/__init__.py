@@ -44,8 +44,12 @@ def summary(results_path: str | Path) -> dict[str, Any]:
     breaks: dict[str, dict[str, Any]] = {}
     for label in results.labels:
         cells[label] = {
-            str(b): {"tok_s": results.tok_s(label, b), "speedup": results.speedup(label, b),
-                     "tau": results.cells[(label, b)].get("tau"), "acceptance_rate": results.cells[(label, b)].get("acceptance_rate")}
+            str(b): {
+                "tok_s": results.tok_s(label, b),
+                "speedup": results.speedup(label, b),
+                "tau": results.cells[(label, b)].get("tau"),
+                "acceptance_rate": results.cells[(label, b)].get("acceptance_rate"),
+            }
             for b in results.batches_of(label)
         }
         if not results.is_baseline(label):

@@ -65,9 +65,11 @@ def _inline_html(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
 
 
-HTML_STYLE = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
-              "table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}"
-              "th{background:#f3f3f3}.source{color:#666;font-size:.85rem}img{max-width:100%;display:block;margin:1rem 0}code{background:#f3f3f3}")
+HTML_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
+    "table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left}"
+    "th{background:#f3f3f3}.source{color:#666;font-size:.85rem}img{max-width:100%;display:block;margin:1rem 0}code{background:#f3f3f3}"
+)
 
 
 def to_html(blocks: list[Block], title: str) -> str:
@@ -83,9 +85,11 @@ def to_html(blocks: list[Block], title: str) -> str:
             case Table() as t:
                 head = "".join(f"<th>{_inline_html(h)}</th>" for h in t.headers)
                 rows = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in row) + "</tr>" for row in t.rows)
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-                            f'<p class="source">Source: {_inline_html(t.source)}.</p>')
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-
-
+                body.append(
+                    f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+                    f'<p class="source">Source: {_inline_html(t.source)}.</p>'
+                )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{HTML_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

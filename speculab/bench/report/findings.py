@@ -76,8 +76,6 @@ def best_use(results: Results, label: str) -> str:
     return f"batch {ranges(faster, batches)}{tail}"
 
 
-
-
 def break_even_text(results: Results, label: str, be: BreakEven) -> str:
     pts = {b: results.speedup(label, b) for b in results.batches_of(label)}
     if all(s is None for s in pts.values()):
@@ -89,8 +87,10 @@ def break_even_text(results: Results, label: str, be: BreakEven) -> str:
         text = f"slower than baseline from the smallest measured batch size ({be.first_slower}: {times(pts[be.first_slower])})"
     else:
         before = measured[measured.index(be.first_slower) - 1]
-        text = (f"speedup ≥ 1 up to batch {before} ({times(pts[before])}), below 1 at batch {be.first_slower} ({times(pts[be.first_slower])}); "
-                f"break-even ≈ batch {be.crossing:.1f} (interpolated linearly in log2(batch))")
+        text = (
+            f"speedup ≥ 1 up to batch {before} ({times(pts[before])}), below 1 at batch {be.first_slower} ({times(pts[be.first_slower])}); "
+            f"break-even ≈ batch {be.crossing:.1f} (interpolated linearly in log2(batch))"
+        )
     if be.recovers:
         text += f"; speedup is ≥ 1 again at batch {be.last_faster} (not monotonic)"
     return text
@@ -143,7 +143,9 @@ def recommendation(results: Results) -> str:
         sentences.append(text + ".")
     if not base:
         sentences.append("There is no baseline in these results, so no speedups.")
-    verdict = "; ".join(f"{'no speculation' if results.is_baseline(lab) else lab} at batch {ranges(bs, results.batch_sizes)}" for lab, bs in runs)
+    verdict = "; ".join(
+        f"{'no speculation' if results.is_baseline(lab) else lab} at batch {ranges(bs, results.batch_sizes)}" for lab, bs in runs
+    )
     if verdict:
         sentences.append(f"Recommendation from these measurements: {verdict}.")
     setting = _one_setting(runs, base)
@@ -163,8 +165,8 @@ def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> str | N
     base_batches = [b for lab, bs in runs if lab == base for b in bs]
     if max(spec_batches) >= min(base_batches):
         return None
-    return (f"As one server setting: {label} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
-            f"above {max(spec_batches)} running requests (measure it as `{label.split('(')[0]}:...,disable_by_batch_size="
-            f"{max(spec_batches)}`).")
-
-
+    return (
+        f"As one server setting: {label} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
+        f"above {max(spec_batches)} running requests (measure it as `{label.split('(')[0]}:...,disable_by_batch_size="
+        f"{max(spec_batches)}`)."
+    )

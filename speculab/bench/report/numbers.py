@@ -49,5 +49,3 @@ def tok_x(results: Results, label: str, batch: int) -> str:
 
 def nearest(batches: list[int], wanted: int) -> int | None:
     return min(batches, key=lambda b: (abs(math.log2(b) - math.log2(wanted)), b)) if batches else None
-
-

@@ -67,5 +67,3 @@ def plot(results: Results, out_dir: Path) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------- entry points
-
-

@@ -19,11 +19,19 @@ def _testbed_blocks(results: Results) -> list[Block]:
     run = results.run or {}
     tb, cfg, models = run.get("testbed") or {}, run.get("config") or {}, run.get("models") or {}
     ram = tb.get("ram_bytes")
-    rows = [[k, DASH if v is None else str(v)] for k, v in (
-        ("OS", tb.get("os")), ("Kernel", tb.get("kernel")), ("CPU", tb.get("cpu")),
-        ("RAM", f"{size(ram)} ({ram:,} bytes)" if isinstance(ram, int) else ram), ("GPU", tb.get("gpu") or "none"),
-        ("Python", tb.get("python")), ("torch", tb.get("torch")), ("speculab", tb.get("speculab")),
-    )]
+    rows = [
+        [k, DASH if v is None else str(v)]
+        for k, v in (
+            ("OS", tb.get("os")),
+            ("Kernel", tb.get("kernel")),
+            ("CPU", tb.get("cpu")),
+            ("RAM", f"{size(ram)} ({ram:,} bytes)" if isinstance(ram, int) else ram),
+            ("GPU", tb.get("gpu") or "none"),
+            ("Python", tb.get("python")),
+            ("torch", tb.get("torch")),
+            ("speculab", tb.get("speculab")),
+        )
+    ]
     model_rows = []
     if models.get("target"):
         model_rows.append(["target", *(str(models["target"].get(k, DASH)) for k in ("id", "path", "sha256"))])
@@ -33,15 +41,32 @@ def _testbed_blocks(results: Results) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Testbed"), Table(["Field", "Value"], rows, "`run.testbed`")]
     if model_rows:
         blocks.append(Table(["Role", "Model id", "Path", "sha256"], model_rows, "`run.models`"))
-    engines = [[label, results.engine_of(label), str(c.get("engine_version") or tb.get("speculab") or DASH), str(c.get("endpoint") or DASH),
-                 f"`{c['server_command']}`" if c.get("server_command") else DASH]
-                for label in results.labels for c in [acceptance_cell(results, label)]]
+    engines = [
+        [
+            label,
+            results.engine_of(label),
+            str(c.get("engine_version") or tb.get("speculab") or DASH),
+            str(c.get("endpoint") or DASH),
+            f"`{c['server_command']}`" if c.get("server_command") else DASH,
+        ]
+        for label in results.labels
+        for c in [acceptance_cell(results, label)]
+    ]
     if any(e[1] != "speculab (in-process)" for e in engines):
-        blocks.append(Table(["Label", "Engine", "Version", "Endpoint", "Server command"], engines,
-                                      "`cell.engine`, `cell.transport`, `cell.engine_version`, `cell.endpoint`, `cell.server_command`; "
-                                      "each label's speedup is over its own engine's baseline"))
+        blocks.append(
+            Table(
+                ["Label", "Engine", "Version", "Endpoint", "Server command"],
+                engines,
+                "`cell.engine`, `cell.transport`, `cell.engine_version`, `cell.endpoint`, `cell.server_command`; "
+                "each label's speedup is over its own engine's baseline",
+            )
+        )
     if cfg_rows:
-        blocks.append(Table(["Setting", "Value"], [["run_id", str(run.get("run_id"))], ["started", str(run.get("started"))], *cfg_rows], "`run.config`"))
+        blocks.append(
+            Table(
+                ["Setting", "Value"], [["run_id", str(run.get("run_id"))], ["started", str(run.get("started"))], *cfg_rows], "`run.config`"
+            )
+        )
     return blocks
 
 
@@ -72,23 +97,35 @@ def _decision_blocks(results: Results) -> list[Block]:
             best_use(results, label),
         ]
         rows.append(row)
-    source = ("`cell.tok_s`; speedup = tok_s / its engine's baseline tok_s at the same batch size; `cell.acceptance_rate` and "
-              "`cell.tau` of each label's smallest measured batch size; memory: `run.memory[method].drafter_weights_bytes`"
-              " and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 and where the label has the highest tok/s")
+    source = (
+        "`cell.tok_s`; speedup = tok_s / its engine's baseline tok_s at the same batch size; `cell.acceptance_rate` and "
+        "`cell.tau` of each label's smallest measured batch size; memory: `run.memory[method].drafter_weights_bytes`"
+        " and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 and where the label has the highest tok/s"
+    )
     return [Heading(2, "Executive decision matrix"), Table(headers, rows, source), Paragraph(ACCEPTANCE_DEFINITION)]
 
 
 def _acceptance_blocks(results: Results) -> list[Block]:
     spec = [lab for lab in results.labels if not results.is_baseline(lab)]
     blocks: list[Block] = [Heading(2, "Acceptance by language")]
-    for key, overall, fmt, title in (("acceptance_by_domain", "acceptance_rate", pct, "Acceptance rate"),
-                                     ("tau_by_domain", "tau", lambda v: num(v, 2), "Mean τ")):
+    for key, overall, fmt, title in (
+        ("acceptance_by_domain", "acceptance_rate", pct, "Acceptance rate"),
+        ("tau_by_domain", "tau", lambda v: num(v, 2), "Mean τ"),
+    ):
         domains = domains_of(results, key)
         rows = []
         for lab in spec:
             cell = acceptance_cell(results, lab)
-            rows.append([lab, str(cell.get("batch_size", DASH)), *(fmt((cell.get(key) or {}).get(d)) for d in domains), fmt(cell.get(overall))])
-        blocks.append(Table([f"{title}: method", "batch", *domains, "all"], rows, f"`cell.{key}` and `cell.{overall}` at each label's smallest batch size"))
+            rows.append(
+                [lab, str(cell.get("batch_size", DASH)), *(fmt((cell.get(key) or {}).get(d)) for d in domains), fmt(cell.get(overall))]
+            )
+        blocks.append(
+            Table(
+                [f"{title}: method", "batch", *domains, "all"],
+                rows,
+                f"`cell.{key}` and `cell.{overall}` at each label's smallest batch size",
+            )
+        )
     if spec:
         blocks.append(Image(PLOT_FILES["acceptance"], "Acceptance rate by domain"))
     return blocks
@@ -98,19 +135,62 @@ def _speed_blocks(results: Results) -> list[Block]:
     labels = results.labels
     rows = [[str(b), *(tok_x(results, lab, b) for lab in labels)] for b in results.batch_sizes]
     detail = []
-    for (lab, b) in sorted(results.cells, key=lambda k: (labels.index(k[0]), k[1])):
+    for lab, b in sorted(results.cells, key=lambda k: (labels.index(k[0]), k[1])):
         c = results.cells[(lab, b)]
         gi = c.get("greedy_identical")
-        detail.append([lab, str(b), count(c.get("num_prompts")), count(c.get("repeats")), count(c.get("output_tokens")), num(c.get("wall_s"), 2),
-                       num(c.get("tok_s")), num(c.get("tok_s_per_request"), 2), ms(c.get("ttft_p50_s")), ms(c.get("ttft_p99_s")),
-                       ms(c.get("queue_p50_s")), ms(c.get("tpot_p50_s")), ms(c.get("tpot_p99_s")), ms(c.get("itl_p50_s")), ms(c.get("itl_p99_s")),
-                       num(c.get("tau"), 2), pct(c.get("acceptance_rate")), size(c.get("peak_rss_bytes")),
-                       DASH if gi is None else ("yes" if gi else "NO"), pct(c.get("agreement"))])
-    detail_headers = ["label", "batch", "prompts", "repeats", "output tokens", "wall s", "tok/s", "tok/s/request", "TTFT p50 ms", "TTFT p99 ms",
-                      "queue p50 ms", "TPOT p50 ms", "TPOT p99 ms", "ITL p50 ms", "ITL p99 ms", "τ", "acceptance", "peak RSS", "greedy identical", "agreement"]
+        detail.append(
+            [
+                lab,
+                str(b),
+                count(c.get("num_prompts")),
+                count(c.get("repeats")),
+                count(c.get("output_tokens")),
+                num(c.get("wall_s"), 2),
+                num(c.get("tok_s")),
+                num(c.get("tok_s_per_request"), 2),
+                ms(c.get("ttft_p50_s")),
+                ms(c.get("ttft_p99_s")),
+                ms(c.get("queue_p50_s")),
+                ms(c.get("tpot_p50_s")),
+                ms(c.get("tpot_p99_s")),
+                ms(c.get("itl_p50_s")),
+                ms(c.get("itl_p99_s")),
+                num(c.get("tau"), 2),
+                pct(c.get("acceptance_rate")),
+                size(c.get("peak_rss_bytes")),
+                DASH if gi is None else ("yes" if gi else "NO"),
+                pct(c.get("agreement")),
+            ]
+        )
+    detail_headers = [
+        "label",
+        "batch",
+        "prompts",
+        "repeats",
+        "output tokens",
+        "wall s",
+        "tok/s",
+        "tok/s/request",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "queue p50 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "τ",
+        "acceptance",
+        "peak RSS",
+        "greedy identical",
+        "agreement",
+    ]
     return [
         Heading(2, "Speed vs concurrency"),
-        Table(["batch", *labels], rows, "`cell.tok_s` (output tok/s, median over repeats); in brackets tok_s / baseline tok_s at that batch size"),
+        Table(
+            ["batch", *labels],
+            rows,
+            "`cell.tok_s` (output tok/s, median over repeats); in brackets tok_s / baseline tok_s at that batch size",
+        ),
         Image(PLOT_FILES["tok_s"], "Output tok/s vs batch size"),
         Image(PLOT_FILES["speedup"], "Speedup vs batch size"),
         Heading(3, "Every cell"),
@@ -127,18 +207,43 @@ def _memory_blocks(results: Results) -> list[Block]:
     for method, m in stored.items():
         tokens, base_tokens = m.get("kv_capacity_tokens"), base.get("kv_capacity_tokens")
         change = f"{100 * (tokens / base_tokens - 1):+.1f}%" if tokens is not None and base_tokens else DASH
-        rows.append([method, str(m.get("drafter_kind") or "none"), count(m.get("drafter_parameters")), size(m.get("drafter_weights_bytes")),
-                     size(m.get("weights_bytes_per_device")), count(m.get("kv_bytes_per_token_per_device")), size(m.get("kv_free_bytes_per_device")),
-                     count(tokens), count(m.get("kv_capacity_sessions")), change])
+        rows.append(
+            [
+                method,
+                str(m.get("drafter_kind") or "none"),
+                count(m.get("drafter_parameters")),
+                size(m.get("drafter_weights_bytes")),
+                size(m.get("weights_bytes_per_device")),
+                count(m.get("kv_bytes_per_token_per_device")),
+                size(m.get("kv_free_bytes_per_device")),
+                count(tokens),
+                count(m.get("kv_capacity_sessions")),
+                change,
+            ]
+        )
     any_m = next(iter(stored.values()))
-    assumptions = (f"Analytic estimates (speculab.bench.memory): device memory {size(any_m.get('device_bytes'))} × utilisation "
-                   f"{any_m.get('memory_utilization')}, overhead {size(any_m.get('overhead_bytes_per_device'))} per device, tensor parallel "
-                   f"{any_m.get('tensor_parallel')}, target weights {any_m.get('target_weight_format')}, KV {any_m.get('kv_dtype_bytes')} bytes per value; "
-                   f"sessions are whole sessions of {any_m.get('session_tokens')} tokens.")
-    headers = ["method", "drafter", "drafter params", "drafter weights", "weights per device", "KV bytes/token per device",
-               "KV free per device", "KV capacity tokens", "sessions", "tokens vs baseline"]
-    source = ("`run.memory[method]`: drafter_parameters, drafter_weights_bytes, weights_bytes_per_device, kv_bytes_per_token_per_device, "
-              "kv_free_bytes_per_device, kv_capacity_tokens, kv_capacity_sessions")
+    assumptions = (
+        f"Analytic estimates (speculab.bench.memory): device memory {size(any_m.get('device_bytes'))} × utilisation "
+        f"{any_m.get('memory_utilization')}, overhead {size(any_m.get('overhead_bytes_per_device'))} per device, tensor parallel "
+        f"{any_m.get('tensor_parallel')}, target weights {any_m.get('target_weight_format')}, KV {any_m.get('kv_dtype_bytes')} bytes per value; "
+        f"sessions are whole sessions of {any_m.get('session_tokens')} tokens."
+    )
+    headers = [
+        "method",
+        "drafter",
+        "drafter params",
+        "drafter weights",
+        "weights per device",
+        "KV bytes/token per device",
+        "KV free per device",
+        "KV capacity tokens",
+        "sessions",
+        "tokens vs baseline",
+    ]
+    source = (
+        "`run.memory[method]`: drafter_parameters, drafter_weights_bytes, weights_bytes_per_device, kv_bytes_per_token_per_device, "
+        "kv_free_bytes_per_device, kv_capacity_tokens, kv_capacity_sessions"
+    )
     return [Heading(2, "KV capacity"), Table(headers, rows, source), Paragraph(assumptions)]
 
 
@@ -150,14 +255,25 @@ def _findings_blocks(results: Results) -> list[Block]:
         be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
         rows.append([label, count(be.last_faster), count(be.first_slower), num(be.crossing, 1), break_even_text(results, label, be)])
     blocks: list[Block] = [Heading(2, "Findings")]
-    blocks.append(Table(["method", "largest batch with speedup ≥ 1", "first batch with speedup < 1", "break-even (interpolated)", "reading"],
-                                  rows, "speedup = `cell.tok_s` / baseline `cell.tok_s` at the same batch size; break-even interpolated linearly in log2(batch)"))
+    blocks.append(
+        Table(
+            ["method", "largest batch with speedup ≥ 1", "first batch with speedup < 1", "break-even (interpolated)", "reading"],
+            rows,
+            "speedup = `cell.tok_s` / baseline `cell.tok_s` at the same batch size; break-even interpolated linearly in log2(batch)",
+        )
+    )
     blocks.append(Paragraph(recommendation(results)))
-    differs = [f"{lab} at batch {b}" for (lab, b), c in results.cells.items()
-               if c.get("greedy_identical") is False and not c.get("all_near_ties")]
+    differs = [
+        f"{lab} at batch {b}" for (lab, b), c in results.cells.items() if c.get("greedy_identical") is False and not c.get("all_near_ties")
+    ]
     if differs:
-        blocks.append(Paragraph("**Correctness warning:** at temperature 0 the output differed from the baseline's (`cell.greedy_identical` false) for "
-                            + ", ".join(differs) + "."))
+        blocks.append(
+            Paragraph(
+                "**Correctness warning:** at temperature 0 the output differed from the baseline's (`cell.greedy_identical` false) for "
+                + ", ".join(differs)
+                + "."
+            )
+        )
     if results.skipped_lines:
         blocks.append(Paragraph(f"Skipped unreadable results.jsonl lines: {', '.join(map(str, results.skipped_lines))}."))
     return blocks
@@ -167,30 +283,63 @@ def _agreement_blocks(results: Results) -> list[Block]:
     """Engines' greedy outputs against their own baseline and against speculab's; each divergence's gap on the target."""
     rows = []
     for (label, b), c in results.cells.items():
-        if c.get("transport") != "http" or c.get("agreement") is None and c.get("agreement_with_speculab") is None:
+        if not (
+            c.get("divergences")
+            or c.get("speculab_divergences")
+            or c.get("transport") == "http"
+            and (c.get("agreement") is not None or c.get("agreement_with_speculab") is not None)
+        ):
             continue
         own = c.get("divergences") or []
         ours = c.get("speculab_divergences") or []
         gaps = [abs(d["logprob_gap"]) for d in own + ours]
-        rows.append([label, str(b), DASH if c.get("greedy_identical") is None else ("yes" if c["greedy_identical"] else "no"),
-                     pct(c.get("agreement")), DASH if c.get("identical_to_speculab") is None else ("yes" if c["identical_to_speculab"] else "no"),
-                     pct(c.get("agreement_with_speculab")), str(len(own) + len(ours)),
-                     DASH if not gaps else f"{max(gaps):.4f}", DASH if not gaps else ("yes" if all(d["near_tie"] for d in own + ours) else "NO")])
+        rows.append(
+            [
+                label,
+                str(b),
+                DASH if c.get("greedy_identical") is None else ("yes" if c["greedy_identical"] else "no"),
+                pct(c.get("agreement")),
+                DASH if c.get("identical_to_speculab") is None else ("yes" if c["identical_to_speculab"] else "no"),
+                pct(c.get("agreement_with_speculab")),
+                str(len(own) + len(ours)),
+                DASH if not gaps else f"{max(gaps):.4f}",
+                DASH if not gaps else ("yes" if all(d["near_tie"] for d in own + ours) else "NO"),
+            ]
+        )
     if not rows:
         return []
-    return [Heading(2, "Greedy agreement across engines"),
-            Table(["label", "batch", "identical to its engine's baseline", "agreement", "baseline identical to speculab's",
-                   "agreement with speculab", "divergences", "max |log-prob gap| (nats)", "all near-ties"], rows,
-                  "`cell.greedy_identical`, `cell.agreement`, `cell.identical_to_speculab`, `cell.agreement_with_speculab`, "
-                  "`cell.divergences` / `cell.speculab_divergences` (gap between the two tokens on the target where outputs part; "
-                  "a near-tie is under 0.05 nats)")]
+    return [
+        Heading(2, "Greedy agreement: across engines, and where outputs part"),
+        Table(
+            [
+                "label",
+                "batch",
+                "identical to its engine's baseline",
+                "agreement",
+                "baseline identical to speculab's",
+                "agreement with speculab",
+                "divergences",
+                "max |log-prob gap| (nats)",
+                "all near-ties",
+            ],
+            rows,
+            "`cell.greedy_identical`, `cell.agreement`, `cell.identical_to_speculab`, `cell.agreement_with_speculab`, "
+            "`cell.divergences` / `cell.speculab_divergences` (gap between the two tokens on the target where outputs part; "
+            "a near-tie is under 0.05 nats)",
+        ),
+    ]
 
 
 def document(results: Results) -> list[Block]:
     run_id = (results.run or {}).get("run_id", DASH)
-    return [Heading(1, f"speculab benchmark report — run {run_id}"),
-            Paragraph("Generated from results.jsonl only; each table names the fields its numbers come from."),
-            *_testbed_blocks(results), *_decision_blocks(results), *_acceptance_blocks(results),
-            *_speed_blocks(results), *_agreement_blocks(results), *_memory_blocks(results), *_findings_blocks(results)]
-
-
+    return [
+        Heading(1, f"speculab benchmark report — run {run_id}"),
+        Paragraph("Generated from results.jsonl only; each table names the fields its numbers come from."),
+        *_testbed_blocks(results),
+        *_decision_blocks(results),
+        *_acceptance_blocks(results),
+        *_speed_blocks(results),
+        *_agreement_blocks(results),
+        *_memory_blocks(results),
+        *_findings_blocks(results),
+    ]
