@@ -27,6 +27,16 @@ def engine_label(engine: str, spec: MethodSpec) -> str:
     return f"{engine}:{spec.label}"
 
 
+def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
+    """Every method's command for every launched engine, written before anything runs: a method the installed
+    engine version cannot run is an error now, not after the in-process cells."""
+    from speculab.launch.prepare import prepare
+
+    for engine in engines:
+        for spec in cfg.methods:
+            prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=cfg.dtype, print_only=True)
+
+
 def measure_engine(
     engine: str,
     cfg,

@@ -291,7 +291,7 @@ def _previous_references(previous: list[dict], run_id: str, target: Target | Non
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
     from speculab.bench.endpoint import measure_endpoint_cell, probe_all
-    from speculab.bench.launched import engine_label, measure_engine
+    from speculab.bench.launched import check_plans, engine_label, measure_engine
 
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
@@ -304,6 +304,8 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     results.truncate_partial_line()
 
     endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
+    launched = [e for e in cfg.engines if e != "speculab"]
+    check_plans(launched, cfg, ReferenceModel(cfg, None).path, out)  # so does a method a launched engine cannot run
     loaded, items, prompts = (
         _prepare(cfg) if cfg.in_process else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
     )
@@ -320,7 +322,6 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     options_of = {s.label: proposer_options(s, loaded) for s in specs}
     if target is not None:
         _warm_up(target, specs, options_of, progress)
-    launched = [e for e in cfg.engines if e != "speculab"]
     cells = len(todo) + sum((engine_label(e, s), b) not in done for e in launched for s in cfg.methods for b in cfg.batch_sizes)
     planned = cells * len(items) * cfg.max_tokens * cfg.repeats
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:

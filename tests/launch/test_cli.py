@@ -78,3 +78,21 @@ def test_export_prints_what_it_wrote(capsys, tmp_path):
     assert last_json(capsys) == {"out": str(tmp_path / "out"), "kind": "eagle", "engine": "vllm", "token_map": None}
     assert main(["export", "--for", "sglang", str(head), str(tmp_path / "o2"), "--draft-vocab", "lots"]) == 2
     assert "--draft-vocab lots" in capsys.readouterr().err
+
+
+def test_bench_refuses_a_method_the_engine_cannot_run_before_measuring_anything(capsys, tmp_path):
+    argv = [
+        "bench",
+        "--engine",
+        "speculab",
+        "sglang",
+        "--methods",
+        "baseline",
+        "ngram:disable_by_batch_size=4",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
+    assert main(argv) == 2
+    assert "disable_by_batch_size" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "results.jsonl").exists() or "cell" not in (tmp_path / "run" / "results.jsonl").read_text()
