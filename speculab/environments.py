@@ -142,20 +142,27 @@ def make_vllm_env(env: Path) -> Path:
     return python
 
 
-def installed_version(python: str | Path, *distributions: str) -> str | None:
-    """The first of ``distributions`` installed in ``python``'s environment, by its metadata; None if none is."""
+def installed_distribution(python: str | Path, *distributions: str) -> tuple[str, str] | None:
+    """(name, version) of the first of ``distributions`` installed in ``python``'s environment, by its metadata
+    (a local suffix such as ``+cpu`` dropped); None if none is."""
     code = (
         "import importlib.metadata as m, sys\n"
         "for d in sys.argv[1:]:\n"
-        "    try: print(m.version(d)); break\n"
+        "    try: print(d, m.version(d)); break\n"
         "    except m.PackageNotFoundError: pass\n"
     )
     try:
         done = subprocess.run([str(python), "-c", code, *distributions], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise RuntimeError(f"{python}: cannot run it ({err})") from None
-    lines = done.stdout.split()
-    return lines[0].split("+")[0] if done.returncode == 0 and lines else None
+    words = done.stdout.split()
+    return (words[0], words[1].split("+")[0]) if done.returncode == 0 and len(words) >= 2 else None
+
+
+def installed_version(python: str | Path, *distributions: str) -> str | None:
+    """The version of the first of ``distributions`` installed in ``python``'s environment; None if none is."""
+    found = installed_distribution(python, *distributions)
+    return found[1] if found else None
 
 
 def vllm_server_module(python: str | Path) -> str:

