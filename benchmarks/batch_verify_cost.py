@@ -22,6 +22,12 @@ CONTEXT = 1200
 
 
 def measure(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, float]:
+    """Median ms of a forward over q tokens per row, for each q."""
+    return {q: statistics.median(t) for q, t in measure_runs(model, batch_size, qs, repeats).items()}
+
+
+def measure_runs(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, list[float]]:
+    """Every repeat's ms for each q (interleaved across q, after one warm-up round)."""
     cache = model.new_cache(batch_size, CONTEXT + max(qs) + 8)
     context = torch.randint(0, model.config.vocab_size, (CONTEXT,)).tolist()
     for slot in range(batch_size):
@@ -35,7 +41,7 @@ def measure(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, fl
             began = time.perf_counter()
             model(tokens, batch, cache)
             times[q].append(time.perf_counter() - began)
-    return {q: statistics.median(t[1:]) * 1e3 for q, t in times.items()}
+    return {q: [x * 1e3 for x in t[1:]] for q, t in times.items()}
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ from speculab.bench.endpoint import Endpoint, cell_figures, probe_all, run_reque
 from speculab.bench.runner import Target, run_once
 from speculab.bench.testbed import cpu_name
 from speculab.bench.workload import interleave_domains, load_workload
+from speculab.cpu import reported_cpu_flags
 from speculab.methods import new_proposer, parse_method, proposer_options
-from speculab.runtime import cpu_flags
 from speculab.sampling import SamplingParams
 
 
@@ -82,7 +82,7 @@ def main() -> None:
             "method": spec.label,
             "dtype": loaded.dtype,
             "cpu": cpu_name(),
-            "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
+            "cpu_flags": reported_cpu_flags(),
             "max_tokens": args.max_tokens,
             "cells": {},
         }

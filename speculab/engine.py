@@ -242,7 +242,8 @@ class Engine:
                 verdict = verify_sampled(tree, target_probs(logits[row, :n], r.params), r.generator)
             start = self.cache.lengths[r.slot]
             self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
-            r.stats.record(n - 1, tree.max_depth, verdict.num_accepted)
+            last_has_children = bool(tree.children()[verdict.accepted[-1]])
+            r.stats.record(n - 1, tree.max_depth, verdict.num_accepted, verdict.num_accepted + last_has_children)
             if self.proposer.needs_features:
                 self.proposer.observe(r.slot, features[row, verdict.accepted])
             accepted = tree.tokens[verdict.accepted[1:]].tolist()

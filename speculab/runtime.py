@@ -7,34 +7,19 @@ Does not know: anything about decoding.
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from speculab.cpu import cpu_has_native_bf16
 from speculab.models.embedded import resolve_model_path
 from speculab.models.llama import Transformer
 from speculab.models.loading import load_model
 from speculab.models.tokenizer import Tokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def cpu_has_native_bf16() -> bool:
-    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 
 def default_device() -> str:

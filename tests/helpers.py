@@ -25,8 +25,15 @@ TINY_HF = dict(
 )
 
 
-def tiny_hf_model(kind: str = "llama", seed: int = 0, **overrides):
-    """A transformers model with random weights (norms and biases randomised too)."""
+KERNELS = ("pytorch", "native")  # the linear layers a target runs on: oneDNN/BLAS fp32, or native/bf16_linear.cpp
+
+
+def tiny_hf_model(kind: str = "llama", seed: int = 0, bf16_weights: bool = False, **overrides):
+    """A transformers model with random weights (norms and biases randomised too).
+
+    ``bf16_weights`` rounds every weight to a bf16 number (still stored in fp32), as in any bf16
+    checkpoint: speculab then runs the model on its native kernels.
+    """
     import transformers
 
     cls_cfg, cls_model = {
@@ -44,6 +51,8 @@ def tiny_hf_model(kind: str = "llama", seed: int = 0, **overrides):
                 p.normal_(0.0, 0.1)
             else:
                 p.normal_(0.0, 0.08)
+            if bf16_weights:
+                p.copy_(p.to(torch.bfloat16))
     return model
 
 
@@ -55,6 +64,17 @@ def speculab_from_hf(hf_model, prepack: bool = True) -> Transformer:
 
 def tiny_model(seed: int = 0, kind: str = "llama", **overrides) -> Transformer:
     return speculab_from_hf(tiny_hf_model(kind, seed, **overrides))
+
+
+def tiny_target(kernels: str, seed: int) -> tuple:
+    """A tiny target (transformers twin, speculab model) that runs on ``kernels`` (one of KERNELS), checked."""
+    from speculab.models.linear import NativeLinear
+
+    hf = tiny_hf_model("llama", seed, bf16_weights=kernels == "native")
+    model = speculab_from_hf(hf)
+    native = isinstance(model.layers[0].self_attn.qkv_proj, NativeLinear)
+    assert native == (kernels == "native"), "native kernels not built: run `make setup` (python -m speculab.native)"
+    return hf, model
 
 
 def save_tiny_checkpoint(

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import torch
 
+from speculab.cpu import reported_cpu_flags
 from speculab.engine import Engine
+from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
@@ -149,6 +151,8 @@ def compare_transformers(args: argparse.Namespace) -> dict:
         "peer": "transformers",
         "peer_version": transformers.__version__,
         "dtype": loaded.dtype,
+        "linear_kernels": linear_kind(loaded.model),
+        "cpu_flags": reported_cpu_flags(),
         "batch_size": args.batch_size,
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
@@ -181,6 +185,8 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
         "llama_cpp_version": peer.get("llama_cpp_version"),
         "gguf": Path(gguf).name,
         "dtype": loaded.dtype,
+        "linear_kernels": linear_kind(loaded.model),
+        "cpu_flags": reported_cpu_flags(),
         "batch_size": 1,
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
@@ -279,6 +285,8 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     return {
         "peer": "eagle-reference",
         "dtype": loaded.dtype,
+        "linear_kernels": linear_kind(loaded.model),
+        "cpu_flags": reported_cpu_flags(),
         "batch_size": 1,
         "prompt_tokens": len(prompts[0]),
         "max_tokens": args.max_tokens,

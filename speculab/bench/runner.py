@@ -30,6 +30,7 @@ from speculab.bench.workload import WorkloadItem, interleave_domains, load_workl
 from speculab.engine import Engine, PromptCache, Request
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
+from speculab.models.linear import linear_kind
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
 
@@ -158,6 +159,9 @@ def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
         "acceptance_by_domain": {d: s.acceptance_rate for d, s in sorted(by_domain.items())},
         "tau_by_domain": {d: s.mean_acceptance_length for d, s in sorted(by_domain.items())},
         "accepted_per_position": total.accepted_per_position,
+        "drafted_per_position": total.drafted_per_position,
+        "reached_per_position": total.reached_per_position,
+        "conditional_acceptance": total.conditional_acceptance,
         "steps": total.steps,
         "draft_tokens": total.draft_tokens,
         "accepted_tokens": total.accepted_tokens,
@@ -271,7 +275,11 @@ def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool, endpoints:
         "run_id": run_id,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "resumed": resumed,
-        "config": cfg.record() | {"dtype": loaded.dtype if loaded is not None else None},
+        "config": cfg.record()
+        | {
+            "dtype": loaded.dtype if loaded is not None else None,
+            "linear_kernels": linear_kind(loaded.model) if loaded is not None else None,
+        },
         "testbed": testbed(),
         "models": models,
         "memory": memory,

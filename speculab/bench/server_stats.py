@@ -70,10 +70,14 @@ class SpecCounters:
         accepted, drafted = self.values["num_accepted_tokens"], self.values["num_draft_tokens"]
         drafts = self.values.get("num_drafts")
         positions = [int(self.per_position.get(p, 0)) for p in range(max(self.per_position, default=-1) + 1)]
+        # vLLM drafts fixed-length chains: depth d is tested exactly on the steps that accepted depth d-1
+        reached = [int(drafts), *positions[:-1]] if drafts and positions else []
         return {
             "tau": 1 + accepted / drafts if drafts else None,
             "acceptance_rate": accepted / drafted if drafted else None,
             "accepted_per_position": positions,
+            "reached_per_position": reached,
+            "conditional_acceptance": [a / r if r else 0.0 for a, r in zip(positions, reached)],
             "draft_tokens": int(drafted),
             "accepted_tokens": int(accepted),
             "steps": int(drafts) if drafts is not None else None,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from speculab.cpu import reported_cpu_flags
 from speculab.files import sha256_of
 
 
@@ -36,6 +37,7 @@ def testbed() -> dict:
         "os": platform.platform(),
         "kernel": platform.release(),
         "cpu": cpu_name(),
+        "cpu_flags": reported_cpu_flags(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "ram_bytes": ram_bytes(),

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import read_head_config, read_head_tensors
 from speculab.models.kv_cache import KVCache
-from speculab.models.linear import prepack_linears
+from speculab.models.linear import native_kernels_for, prepack_linears
 from speculab.models.llama import MLP, Attention, ForwardBatch, RMSNorm, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError
 
@@ -141,5 +141,5 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
         raise CheckpointError(f"{folder}: d2t maps draft tokens outside the target vocabulary")
     head = head.to(target.norm.weight.device).eval().requires_grad_(False)
     if prepack:  # inference only: the packed linears have no .weight to train or inspect
-        prepack_linears(head)  # oneDNN-packed like the target's linears (models/linear.py)
+        prepack_linears(head, native_kernels_for(head))  # like the target's linears (models/linear.py)
     return head

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig
 from speculab.models.kv_cache import KVCache
-from speculab.models.linear import prepack_linears
+from speculab.models.linear import native_kernels_for, prepack_linears
 from speculab.models.llama import Block, ForwardBatch, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError, iter_tensors
 
@@ -144,5 +144,5 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
     device = target.norm.weight.device
     head = head.to(device).eval().requires_grad_(False)
     if prepack:  # inference only: the packed linears have no .weight to train or inspect
-        prepack_linears(head)  # oneDNN-packed like the target's linears (models/linear.py)
+        prepack_linears(head, native_kernels_for(head))  # like the target's linears (models/linear.py)
     return head

@@ -23,7 +23,7 @@ from safetensors import safe_open
 from torch import Tensor
 
 from speculab.models.config import ModelConfig
-from speculab.models.linear import prepack_linears
+from speculab.models.linear import is_bf16_exact, native_kernels_for, prepack_linears
 from speculab.models.llama import Transformer, rope_inv_freq
 
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -143,9 +143,11 @@ def build_model(config: ModelConfig, state: dict[str, Tensor], device: str | tor
     # The RoPE table is derived, not stored; meta-device construction left it empty.
     model.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
     model = model.to(device).eval().requires_grad_(False)
-    model.fold_norm_weights()
+    kernels = native_kernels_for(model) if prepack else None
+    if kernels is None:  # folded weights are no longer bf16 numbers, so the native kernel keeps the norms apart
+        model.fold_norm_weights()
     if prepack:
-        prepack_linears(model)
+        prepack_linears(model, kernels)
         _store_embedding_compactly(model)
     _release_freed_heap()
     return model
@@ -155,11 +157,9 @@ def _store_embedding_compactly(model: Transformer) -> None:
     """Once the lm_head holds its own packed copy, a tied fp32 embedding whose values are all
     bf16 numbers (any bf16 checkpoint) is kept in bf16: lookups stay exact, memory halves."""
     weight = model.embed_tokens.weight
-    if isinstance(model.lm_head, torch.nn.Linear) or weight.dtype != torch.float32:
+    if isinstance(model.lm_head, torch.nn.Linear):
         return
-    # A float32 is a bf16 number when its low 16 bits are zero; checked in chunks to keep peak memory low.
-    bits = weight.detach().view(torch.int32)
-    if all(not (chunk & 0xFFFF).any() for chunk in bits.split(4096)):
+    if is_bf16_exact(weight):
         model.embed_tokens.weight = torch.nn.Parameter(weight.detach().to(torch.bfloat16), requires_grad=False)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from speculab.models.linear import PackedLinear, can_prepack
+from speculab.models.linear import inference_linear, native_kernels_for
 
 
 class ReducedVocabulary:
@@ -28,7 +28,7 @@ class ReducedVocabulary:
         self.token_ids = token_ids.to(rows.device)
         linear = nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
         linear.weight = nn.Parameter(rows, requires_grad=False)
-        self.lm_head = PackedLinear(linear) if rows.device.type == "cpu" and can_prepack(rows.dtype) else linear
+        self.lm_head = inference_linear(linear, native_kernels_for(linear))
 
     @classmethod
     def of(cls, model, token_ids: Tensor) -> ReducedVocabulary:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from speculab.files import sha256_of
+from speculab.speculative.stats import per_depth_summary
 
 
 def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: str) -> Path:
@@ -146,6 +147,7 @@ def write_card(
             else [
                 f"- τ (mean acceptance length, bonus token included): {acc['mean_acceptance_length']:.3f}",
                 f"- acceptance rate: {'n/a' if rate is None else f'{rate:.3f}'}; accepted per position: {acc['accepted_per_position']}",
+                f"- acceptance at each depth given the depth before was accepted (accepted / tested): {per_depth_summary(acc)}",
                 f"- {acc['prompts']} prompts × {acc['max_tokens']} tokens; output identical to plain decoding: {acc['identical_to_baseline']}",
             ]
         ),

@@ -172,6 +172,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             "mean_acceptance_length": None,
             "acceptance_rate": None,
             "accepted_per_position": [],
+            "reached_per_position": [],
+            "conditional_acceptance": [],
             "identical_to_baseline": None,
         }
     loop_summary = {

@@ -3,8 +3,19 @@
 import pytest
 import torch
 
+from speculab.models.linear import NativeLinear
 from speculab.models.llama import ForwardBatch, causal_batch
 from tests.helpers import speculab_from_hf, tiny_hf_model
+
+# plain nn.Linear; oneDNN-packed fp32; the native bf16-weight kernel (bf16-number weights, as in a bf16 checkpoint)
+LINEARS = ("plain", "pytorch", "native")
+
+
+def model_on(linears: str, kind: str = "llama", **overrides):
+    hf = tiny_hf_model(kind, bf16_weights=linears == "native", **overrides)
+    ours = speculab_from_hf(hf, prepack=linears != "plain")
+    assert isinstance(ours.layers[0].mlp.down_proj, NativeLinear) == (linears == "native"), "native kernels not built: run `make setup`"
+    return hf, ours
 
 
 def prefill(model, tokens):
@@ -14,10 +25,9 @@ def prefill(model, tokens):
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
-@pytest.mark.parametrize("prepack", [False, True])
-def test_logits_match_transformers(kind, prepack):
-    hf = tiny_hf_model(kind, tie_word_embeddings=(kind == "llama"))
-    ours = speculab_from_hf(hf, prepack=prepack)
+@pytest.mark.parametrize("linears", LINEARS)
+def test_logits_match_transformers(kind, linears):
+    hf, ours = model_on(linears, kind, tie_word_embeddings=(kind == "llama"))
     tokens = torch.randint(0, 256, (2, 13))
     ref = hf(tokens).logits
     out, _ = prefill(ours, tokens)
@@ -40,9 +50,9 @@ def test_llama3_rope_scaling_matches_transformers():
     torch.testing.assert_close(out.logits, hf(tokens).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_incremental_decode_equals_prefill_and_hidden_is_final_norm():
-    hf = tiny_hf_model("llama")
-    ours = speculab_from_hf(hf)
+@pytest.mark.parametrize("linears", LINEARS[1:])
+def test_incremental_decode_equals_prefill_and_hidden_is_final_norm(linears):
+    hf, ours = model_on(linears)
     tokens = torch.randint(0, 256, (2, 9))
     full, _ = prefill(ours, tokens)
     cache = ours.new_cache(2, 64)
@@ -65,9 +75,10 @@ def test_captured_layers_are_the_inputs_of_those_layers():
     torch.testing.assert_close(out.captured[2], states[2], atol=1e-5, rtol=1e-5)
 
 
-def test_tree_forward_equals_each_path_alone():
+@pytest.mark.parametrize("linears", LINEARS[1:])
+def test_tree_forward_equals_each_path_alone(linears):
     """A draft tree verified with a tree mask gives every node the logits of its root-to-node path."""
-    ours = speculab_from_hf(tiny_hf_model("llama"))
+    _, ours = model_on(linears)
     context = torch.randint(0, 256, (1, 6))
     # Tree of 5 nodes: 0 is the root; 1,2 children of 0; 3 child of 1; 4 child of 3.
     parents = [-1, 0, 0, 1, 3]
@@ -112,10 +123,9 @@ def test_embedded_smollm2_matches_transformers():
 
 
 @pytest.mark.parametrize("tied", [True, False])
-@pytest.mark.parametrize("prepack", [False, True])
-def test_lm_head_rows_are_the_weight_rows(tied, prepack):
-    hf = tiny_hf_model("llama", tie_word_embeddings=tied)
-    ours = speculab_from_hf(hf, prepack=prepack)
+@pytest.mark.parametrize("linears", LINEARS)
+def test_lm_head_rows_are_the_weight_rows(tied, linears):
+    hf, ours = model_on(linears, tie_word_embeddings=tied)
     ids = torch.tensor([0, 17, 255, 3])
     expected = hf.lm_head.weight.detach()[ids]
     assert torch.equal(ours.lm_head_rows(ids), expected)

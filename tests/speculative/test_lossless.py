@@ -7,14 +7,14 @@ from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from speculab.speculative.draft_model import VocabularyMismatchError
 from speculab.speculative.proposer import make_proposer
-from tests.helpers import tiny_model
+from tests.helpers import KERNELS, tiny_model, tiny_target
 
 PARAMS = SamplingParams(max_tokens=20, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def target():
-    return tiny_model(seed=3)
+@pytest.fixture(scope="module", params=KERNELS)
+def target(request):
+    return tiny_target(request.param, seed=3)[1]
 
 
 @pytest.fixture(scope="module")

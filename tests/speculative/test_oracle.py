@@ -14,7 +14,7 @@ from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from speculab.speculative.proposer import Proposer
 from speculab.speculative.tree import Draft
-from tests.helpers import tiny_model
+from tests.helpers import KERNELS, tiny_target
 
 MAX_TOKENS = 25
 PARAMS = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -48,9 +48,9 @@ class Oracle(Proposer):
         return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
 
 
-@pytest.fixture(scope="module")
-def target():
-    return tiny_model(seed=5)
+@pytest.fixture(scope="module", params=KERNELS)
+def target(request):
+    return tiny_target(request.param, seed=5)[1]
 
 
 def prompts(batch: int) -> list[list[int]]:
@@ -75,5 +75,6 @@ def test_every_draft_token_is_accepted_when_drafts_are_right(target, k, decoys, 
         assert (stats.steps, stats.accepted_tokens) == (steps, accepted)
         assert stats.acceptance_rate == 1.0
         assert stats.accepted_per_position[0] == steps  # the first draft token was right on every step
+        assert stats.conditional_acceptance == [1.0] * k  # every depth tested was accepted, in trees too
         assert stats.mean_acceptance_length == pytest.approx((accepted + steps) / steps)
         assert stats.mean_acceptance_length >= k + 1 - k / steps  # τ = k + 1 on every step but perhaps the last

@@ -1,0 +1,123 @@
+"""Where a target forward's time goes, and what the native kernel changes: ms per forward, PyTorch path vs native.
+
+For batch sizes 1, 4, 16 and q = 1, 4, 16 new tokens per row after a 1,200-token context (logits at every
+position, as a verify computes them), the embedded model in fp32 is timed on its two linear-layer paths:
+oneDNN-packed fp32 weights (``SPECULAB_NATIVE=0``) and ``native/bf16_linear.cpp`` (the bf16 checkpoint's
+weights widened exactly in the kernel). The same run measures the machine's read bandwidth (a sum over a
+1 GiB tensor), so the batch-1 step is set against its floor (weight bytes / bandwidth), and profiles one
+batch-1 step on the native path (the ops that take the time). Usage: python benchmarks/forward_kernels.py
+[--repeats 5]. Medians with [min, max]; the last stdout line is one JSON document.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from batch_verify_cost import CONTEXT, measure_runs  # this script's folder is on sys.path
+
+from speculab import native
+from speculab.cpu import reported_cpu_flags
+from speculab.models.llama import causal_batch, prefill
+from speculab.runtime import load
+
+BATCHES, QS = (1, 4, 16), (1, 4, 16)
+
+
+def read_bandwidth_gbs(repeats: int = 5) -> float:
+    """GB/s of streaming reads: a sum over 1 GiB of fp32 on all threads (median of ``repeats``)."""
+    data = torch.ones(1 << 28)
+    data.sum()
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        data.sum()
+        times.append(time.perf_counter() - began)
+    return data.numel() * 4 / statistics.median(times) / 1e9
+
+
+def weight_bytes(model) -> int:
+    """Bytes a one-token forward reads from weights: every linear's storage (packed or not) plus the final norm."""
+    total = 0
+    for module in model.modules():
+        for name in ("weight", "packed", "bias"):
+            t = getattr(module, name, None)
+            if isinstance(t, torch.Tensor) and module is not model.embed_tokens:
+                total += t.numel() * t.element_size()
+    return total
+
+
+def load_on(kernels: str):
+    os.environ["SPECULAB_NATIVE"] = "1" if kernels == "native" else "0"
+    native.bf16_linear.cache_clear()
+    return load(None, "float32").model
+
+
+def profile_step(model, top: int = 12) -> list[dict]:
+    """The ops of one batch-1, one-token forward by self CPU time."""
+    cache = model.new_cache(1, CONTEXT + 8)
+    prefill(model, cache, 0, list(range(3, CONTEXT + 3)))
+    tokens, batch = torch.tensor([[5]]), causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1)
+    model(tokens, batch, cache)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            model(tokens, batch, cache)
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return [{"op": e.key, "calls_per_step": e.count // 5, "self_ms_per_step": round(e.self_cpu_time_total / 5e3, 3)} for e in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    bandwidth = read_bandwidth_gbs()
+    print(f"read bandwidth {bandwidth:.1f} GB/s", file=sys.stderr)
+    cells, floors = [], {}
+    for kernels in ("pytorch", "native"):
+        model = load_on(kernels)
+        floors[kernels] = weight_bytes(model) / bandwidth / 1e6
+        for b in BATCHES:
+            runs = measure_runs(model, b, list(QS), args.repeats)
+            for q in QS:
+                ms = runs[q]
+                cells.append(
+                    {
+                        "kernels": kernels,
+                        "batch_size": b,
+                        "q": q,
+                        "ms": round(statistics.median(ms), 2),
+                        "min": round(min(ms), 2),
+                        "max": round(max(ms), 2),
+                    }
+                )
+                print(cells[-1], file=sys.stderr)
+        if kernels == "native":
+            profile = profile_step(model)
+        del model
+    by = {(c["kernels"], c["batch_size"], c["q"]): c["ms"] for c in cells}
+    speedups = [
+        {"batch_size": b, "q": q, "native_vs_pytorch": round(by["pytorch", b, q] / by["native", b, q], 2)} for b in BATCHES for q in QS
+    ]
+    step = {k: by[k, 1, 1] for k in floors}
+    print(
+        json.dumps(
+            {
+                "cpu_flags": reported_cpu_flags(),
+                "threads": torch.get_num_threads(),
+                "context": CONTEXT,
+                "read_bandwidth_gbs": round(bandwidth, 2),
+                "weight_floor_ms": {k: round(v, 2) for k, v in floors.items()},
+                "share_of_floor_at_batch_1": {k: round(floors[k] / step[k], 3) for k in floors},
+                "cells": cells,
+                "speedups": speedups,
+                "native_profile_batch_1": profile,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

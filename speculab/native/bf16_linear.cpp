@@ -1,0 +1,170 @@
+// y = x @ W.T (+ bias): fp32 activations, bf16 weights widened exactly to fp32, fp32 accumulation (AVX2 + FMA).
+//
+// Why: decoding on a CPU is bound by reading the weights, and bf16 storage halves that traffic; widening a
+// bf16 to fp32 is exact (a 16-bit shift), so for a bf16 checkpoint the product is the fp32 model's.
+// Every output element is one fused multiply-add chain over k in order 0..K-1, whatever the number of
+// rows in the call: a row's result does not depend on which other rows share the call, so a q-token verify
+// forward gives bit for bit what q one-token forwards give.
+//
+// Layout: W [N, K] is packed once as panels of 16 output columns, [ceil(N/16), K, 16], zero-padded, so
+// the kernel reads each panel's weights for one k as two contiguous 8-float vectors.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kPanelCols = 16;
+
+inline __m256 widen8(const uint16_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// MR rows of x against P consecutive panels (16*P columns starting at panel p0).
+template <int MR, int P>
+void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p0, float* y, int64_t ldy, int64_t n) {
+  __m256 acc[MR][2 * P];
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < 2 * P; ++c) acc[r][c] = _mm256_setzero_ps();
+  const uint16_t* panel[P];
+  for (int p = 0; p < P; ++p) panel[p] = w + (p0 + p) * k * kPanelCols;
+  for (int64_t i = 0; i < k; ++i) {
+    __m256 wv[2 * P];
+    for (int p = 0; p < P; ++p) {
+      wv[2 * p] = widen8(panel[p] + i * kPanelCols);
+      wv[2 * p + 1] = widen8(panel[p] + i * kPanelCols + 8);
+    }
+    for (int r = 0; r < MR; ++r) {
+      __m256 xv = _mm256_broadcast_ss(x + r * ldx + i);
+      for (int c = 0; c < 2 * P; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  const int64_t col0 = p0 * kPanelCols;
+  for (int r = 0; r < MR; ++r) {
+    float* yr = y + r * ldy + col0;
+    for (int c = 0; c < 2 * P; ++c) {
+      const int64_t col = col0 + 8 * c;
+      if (col + 8 <= n) {
+        _mm256_storeu_ps(yr + 8 * c, acc[r][c]);
+      } else if (col < n) {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[r][c]);
+        for (int64_t j = 0; col + j < n; ++j) yr[8 * c + j] = tmp[j];
+      }
+    }
+  }
+}
+
+// The same chains as kernel<MR, 1>, for many rows: x is packed as [ceil(M/6), K, 6] (one stream per row
+// block) and the panel is already widened to fp32, so each k costs two loads, six broadcasts, twelve FMAs.
+constexpr int kRows = 6;
+
+void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, int64_t p0, float* y, int64_t ldy, int64_t n) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+         a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
+  for (int64_t i = 0; i < k; ++i) {
+    const __m256 w0 = _mm256_loadu_ps(panel + i * kPanelCols), w1 = _mm256_loadu_ps(panel + i * kPanelCols + 8);
+    const float* xi = xb + i * kRows;
+    __m256 v = _mm256_broadcast_ss(xi);
+    a00 = _mm256_fmadd_ps(v, w0, a00); a01 = _mm256_fmadd_ps(v, w1, a01);
+    v = _mm256_broadcast_ss(xi + 1);
+    a10 = _mm256_fmadd_ps(v, w0, a10); a11 = _mm256_fmadd_ps(v, w1, a11);
+    v = _mm256_broadcast_ss(xi + 2);
+    a20 = _mm256_fmadd_ps(v, w0, a20); a21 = _mm256_fmadd_ps(v, w1, a21);
+    v = _mm256_broadcast_ss(xi + 3);
+    a30 = _mm256_fmadd_ps(v, w0, a30); a31 = _mm256_fmadd_ps(v, w1, a31);
+    v = _mm256_broadcast_ss(xi + 4);
+    a40 = _mm256_fmadd_ps(v, w0, a40); a41 = _mm256_fmadd_ps(v, w1, a41);
+    v = _mm256_broadcast_ss(xi + 5);
+    a50 = _mm256_fmadd_ps(v, w0, a50); a51 = _mm256_fmadd_ps(v, w1, a51);
+  }
+  alignas(32) float out[kRows][kPanelCols];
+  _mm256_store_ps(out[0], a00); _mm256_store_ps(out[0] + 8, a01);
+  _mm256_store_ps(out[1], a10); _mm256_store_ps(out[1] + 8, a11);
+  _mm256_store_ps(out[2], a20); _mm256_store_ps(out[2] + 8, a21);
+  _mm256_store_ps(out[3], a30); _mm256_store_ps(out[3] + 8, a31);
+  _mm256_store_ps(out[4], a40); _mm256_store_ps(out[4] + 8, a41);
+  _mm256_store_ps(out[5], a50); _mm256_store_ps(out[5] + 8, a51);
+  const int64_t col0 = p0 * kPanelCols, cols = std::min<int64_t>(kPanelCols, n - col0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * ldy + col0 + c] = out[r][c];
+}
+
+template <int MR>
+void rows_kernel(int64_t mr, const float* x, const uint16_t* w, int64_t k, int64_t p, float* y, int64_t n) {
+  if constexpr (MR > 1) {
+    if (mr < MR) return rows_kernel<MR - 1>(mr, x, w, k, p, y, n);
+  }
+  kernel<MR, 1>(x, k, w, k, p, y, n, n);
+}
+
+}  // namespace
+
+torch::Tensor pack(torch::Tensor w) {
+  TORCH_CHECK(w.dim() == 2, "bf16_linear.pack: weight must be 2-D");
+  const int64_t n = w.size(0), k = w.size(1), panels = (n + kPanelCols - 1) / kPanelCols;
+  auto padded = torch::zeros({panels * kPanelCols, k}, w.options().dtype(torch::kBFloat16));
+  padded.narrow(0, 0, n).copy_(w);
+  return padded.view({panels, kPanelCols, k}).transpose(1, 2).contiguous();  // [panels, K, 16]
+}
+
+torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32, "bf16_linear: x must be float32, got ", x.scalar_type());
+  TORCH_CHECK(packed.scalar_type() == torch::kBFloat16 && packed.dim() == 3 && packed.is_contiguous() && packed.size(2) == kPanelCols,
+              "bf16_linear: weight must come from pack()");
+  const int64_t k = packed.size(1), panels = packed.size(0);
+  TORCH_CHECK(x.size(-1) == k, "bf16_linear: x has ", x.size(-1), " features, the weight expects ", k);
+  TORCH_CHECK(n <= panels * kPanelCols && n > (panels - 1) * kPanelCols, "bf16_linear: n does not match the packed weight");
+  auto x2 = x.reshape({-1, k}).contiguous();
+  const int64_t m = x2.size(0);
+  auto sizes = x.sizes().vec();
+  sizes.back() = n;
+  auto y = torch::empty({m, n}, x.options());
+  const float* xp = x2.data_ptr<float>();
+  const uint16_t* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
+  float* yp = y.data_ptr<float>();
+  if (m == 1) {
+    // One row: four panels at a time, so eight independent accumulator chains hide the FMA latency.
+    at::parallel_for(0, (panels + 3) / 4, 16, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t p = 4 * b;
+        if (p + 4 <= panels) {
+          kernel<1, 4>(xp, k, wp, k, p, yp, n, n);
+        } else {
+          for (int64_t q = p; q < panels; ++q) kernel<1, 1>(xp, k, wp, k, q, yp, n, n);
+        }
+      }
+    });
+  } else if (m < kRows) {
+    // A few rows (a short verify): weights widened on the fly, as for one row.
+    at::parallel_for(0, panels, 4, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) rows_kernel<kRows - 1>(m, xp, wp, k, p, yp, n);
+    });
+  } else {
+    // Rows packed k-major in blocks of six (zero-padded), so a block's six values for one k are adjacent.
+    const int64_t blocks = (m + kRows - 1) / kRows;
+    auto xpack = torch::zeros({blocks * kRows, k}, x2.options());
+    xpack.narrow(0, 0, m).copy_(x2);
+    xpack = xpack.view({blocks, kRows, k}).transpose(1, 2).contiguous();  // [blocks, K, 6]
+    const float* xq = xpack.data_ptr<float>();
+    at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+      std::vector<float> wide(k * kPanelCols);
+      for (int64_t p = p0; p < p1; ++p) {
+        const uint16_t* src = wp + p * k * kPanelCols;
+        for (int64_t i = 0; i < k * kPanelCols; i += 8) _mm256_storeu_ps(wide.data() + i, widen8(src + i));
+        for (int64_t b = 0; b < blocks; ++b)
+          kernel_wide(xq + b * k * kRows, wide.data(), k, std::min<int64_t>(kRows, m - b * kRows), p, yp + b * kRows * n, n, n);
+      }
+    });
+  }
+  if (bias.has_value() && bias->defined()) y.add_(*bias);
+  return y.view(sizes);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("pack", &pack, "pack a [N, K] weight as bf16 panels [ceil(N/16), K, 16]");
+  m.def("linear", &linear, "fp32 x @ W.T (+ bias) from a packed bf16 weight, fp32 accumulation");
+}

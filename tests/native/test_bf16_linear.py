@@ -1,0 +1,84 @@
+"""The native bf16-weight linear kernel: exact widening, fp32 accumulation, rows independent of each other."""
+
+import pytest
+import torch
+
+from speculab import native
+from speculab.models.linear import NativeLinear, is_bf16_exact, native_kernels_for
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    module = native.bf16_linear()
+    assert module is not None, f"native kernels not built ({native.disabled_reason() or native.build_dir()}): run `make setup`"
+    return module
+
+
+def bf16_weight(n: int, k: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+# (out, in): the model's shapes, a tail that is not a multiple of 16 columns, and one under one panel
+@pytest.mark.parametrize("n,k", [(96, 64), (100, 72), (7, 8), (49, 576)])
+@pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 13, 40])
+def test_matches_a_float64_reference(kernels, n, k, m):
+    w = bf16_weight(n, k)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    bias = torch.randn(n)
+    got = kernels.linear(x, kernels.pack(w), n, bias)
+    ref = (x.double() @ w.double().T + bias.double()).float()
+    # fp32 accumulation over k terms: the error grows like sqrt(k) ulps of the terms' magnitude
+    assert got.shape == (m, n)
+    torch.testing.assert_close(got, ref, rtol=0, atol=2e-5 * k**0.5 * float(x.abs().max() * w.float().abs().max()))
+
+
+def test_each_row_is_bit_identical_whatever_shares_the_call(kernels):
+    """A verify forward over q rows gives exactly what q one-row forwards give (the lossless contract's basis)."""
+    w = kernels.pack(bf16_weight(200, 96, seed=1))
+    x = torch.randn(23, 96)
+    together = kernels.linear(x, w, 200, None)
+    for split in ([1] * 23, [5, 6, 12], [7, 16]):
+        parts = torch.cat([kernels.linear(part, w, 200, None) for part in x.split(split)])
+        assert torch.equal(parts, together)
+
+
+def test_leading_dimensions_are_kept(kernels):
+    w = bf16_weight(32, 16)
+    x = torch.randn(2, 3, 16)
+    assert kernels.linear(x, kernels.pack(w), 32, None).shape == (2, 3, 32)
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda k: k.linear(torch.randn(2, 16, dtype=torch.float64), k.pack(bf16_weight(8, 16)), 8, None), "x must be float32"),
+        (lambda k: k.linear(torch.randn(2, 24), k.pack(bf16_weight(8, 16)), 8, None), "x has 24 features, the weight expects 16"),
+        (lambda k: k.linear(torch.randn(2, 16), bf16_weight(8, 16), 8, None), "weight must come from pack"),
+        (lambda k: k.linear(torch.randn(2, 16), k.pack(bf16_weight(8, 16)), 40, None), "n does not match"),
+    ],
+)
+def test_bad_input_is_a_clear_error(kernels, call, message):
+    with pytest.raises(RuntimeError, match=message):
+        call(kernels)
+
+
+def test_only_bf16_numbers_take_the_native_path(kernels):
+    exact = torch.nn.Linear(16, 8).requires_grad_(False)
+    exact.weight.copy_(exact.weight.to(torch.bfloat16))
+    exact.bias.copy_(exact.bias.to(torch.bfloat16))
+    assert is_bf16_exact(exact.weight) and native_kernels_for(exact) is kernels
+    rounded_away = torch.nn.Linear(16, 8)  # fp32 random weights are not bf16 numbers: widening them would change the model
+    assert not is_bf16_exact(rounded_away.weight) and native_kernels_for(rounded_away) is None
+    layer = NativeLinear(exact, kernels)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(layer(x), exact(x), rtol=1e-6, atol=1e-6)
+
+
+def test_disabled_by_the_environment(monkeypatch):
+    monkeypatch.setenv("SPECULAB_NATIVE", "0")
+    native.bf16_linear.cache_clear()
+    try:
+        assert native.bf16_linear() is None and native.disabled_reason() == "SPECULAB_NATIVE=0"
+    finally:
+        monkeypatch.undo()
+        native.bf16_linear.cache_clear()
