@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
-    kernels = native.bf16_linear()
+    kernels = native.kernels()
     if kernels is None:
         sys.exit(f"native kernels unavailable: {native.disabled_reason() or 'run make setup'}")
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ def test_generate_json_on_a_local_checkpoint(tmp_path, capsys):
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["num_tokens"] == 6 and result["prompt_tokens"] == 3
-    assert result["tokens_per_s"] > 0 and result["finish_reason"] == "length"
+    assert result["finish_reason"] == "length"
     assert isinstance(result["text"], str) and result["text"]
 
 
@@ -54,7 +54,7 @@ def test_generate_embedded_model_subprocess():
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["num_tokens"] > 0 and result["tokens_per_s"] > 0
+    assert result["num_tokens"] == 24 or result["finish_reason"] == "stop"
     assert "def" in result["text"] or "reverse" in result["text"].lower()
 
 

@@ -137,7 +137,7 @@ def agreement(a: list[int], b: list[int]) -> float:
 def _setup(args: argparse.Namespace) -> LoadedModel:
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load(args.model, args.dtype or "bfloat16", args.device)
+    return load(args.model, args.dtype, args.device)  # no --dtype: the machine's default (runtime.default_dtype)
 
 
 def compare_transformers(args: argparse.Namespace) -> dict:
@@ -175,11 +175,13 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
     if args.model not in (None, "default"):
         raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
     loaded = _setup(args)
-    prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
+    prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, args.batch_size)
     q4 = ensure_gguf()
     gguf, source = (cache_dir() / "gguf" / "SmolLM2-135M-Instruct.BF16.gguf", q4) if args.quant == "bf16" else (q4, None)
     ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
-    peer = llamacpp.run_llamacpp(gguf, prompts[0], args.max_tokens, args.repeats, torch.get_num_threads(), bf16_from=source)
+    # batch 1: one stream; more: one llama_batch per step with a token of each sequence (measure_llamacpp_batched)
+    peer_prompts = prompts[0] if args.batch_size == 1 else prompts
+    peer = llamacpp.run_llamacpp(gguf, peer_prompts, args.max_tokens, args.repeats, torch.get_num_threads(), bf16_from=source)
     return {
         "peer": "llama.cpp",
         "llama_cpp_version": peer.get("llama_cpp_version"),
@@ -187,7 +189,7 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
         "dtype": loaded.dtype,
         "linear_kernels": linear_kind(loaded.model),
         "cpu_flags": reported_cpu_flags(),
-        "batch_size": 1,
+        "batch_size": args.batch_size,
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
@@ -287,7 +289,7 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
         "dtype": loaded.dtype,
         "linear_kernels": linear_kind(loaded.model),
         "cpu_flags": reported_cpu_flags(),
-        "batch_size": 1,
+        "batch_size": args.batch_size,
         "prompt_tokens": len(prompts[0]),
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,

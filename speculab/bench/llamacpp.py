@@ -23,8 +23,11 @@ What this module knows:
 
 What it does not know / does not do:
 
-* No speculative decoding, sampling (temperature, top-k/p), batching of
-  several sequences, or GPU offload: it is the single-stream CPU baseline.
+* Batched decoding (``measure_llamacpp_batched``): several sequences in one
+  context, one ``llama_batch`` per step with one token per sequence id, as
+  llama.cpp's ``batched`` example and its server do; each sequence's prompt
+  is evaluated on its own first.
+* No speculative decoding, sampling (temperature, top-k/p) or GPU offload.
 * It does not control the build: the numbers depend on how llama-cpp-python
   was compiled (``GGML_NATIVE`` => ``-march=native`` by default, OpenMP) and
   on the machine's load; the thread counts passed in are the only knobs.
@@ -201,22 +204,114 @@ def measure_llamacpp(
     }
 
 
+def _fill(batch: Any, entries: list[tuple[int, int, int, bool]]) -> None:
+    """Write (token, position, sequence id, wants logits) entries into a ``llama_batch``."""
+    batch.n_tokens = len(entries)
+    for i, (token, pos, seq, logits) in enumerate(entries):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = int(logits)
+
+
+def measure_llamacpp_batched(gguf_path: Path, prompts: list[list[int]], max_new_tokens: int, repeats: int, n_threads: int) -> dict:
+    """Time greedy decoding of several sequences at once with llama.cpp's low-level API.
+
+    One context holds every sequence (``n_seq_max`` = the batch, a KV cache of its own per sequence); each
+    prompt is evaluated alone (chunks of 512), then every step decodes one ``llama_batch`` of one token per
+    sequence. Decode tok/s = batch x (max_new_tokens - 1) / (time from the end of the prompts to the last
+    step). One warm-up run, then ``repeats``. Returns the same fields as ``measure_llamacpp``.
+    """
+    if max_new_tokens < 2 or repeats < 1 or not prompts or not all(prompts):
+        raise ValueError("need max_new_tokens >= 2, repeats >= 1 and non-empty prompts")
+    llama_cpp = _import_llama_cpp()
+    import numpy as np
+
+    gguf_path = Path(gguf_path)
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"GGUF not found: {gguf_path}")
+    n = len(prompts)
+    per_seq = -(-(max(map(len, prompts)) + max_new_tokens + 1) // 256) * 256
+    llama_cpp.llama_backend_init()
+    model = llama_cpp.llama_model_load_from_file(str(gguf_path).encode(), llama_cpp.llama_model_default_params())
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {gguf_path}")
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = per_seq * n, 512, 512, n
+    params.n_threads = params.n_threads_batch = n_threads
+    params.kv_unified = False
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    try:
+        n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+
+        def argmax(i: int) -> int:
+            return int(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
+
+        def decode() -> None:
+            if llama_cpp.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+
+        def one_run() -> tuple[float, float, list[int]]:
+            llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+            t0 = time.perf_counter()
+            tokens = []
+            for seq, ids in enumerate(prompts):
+                for start in range(0, len(ids), 512):
+                    part = ids[start : start + 512]
+                    _fill(batch, [(t, start + i, seq, start + i == len(ids) - 1) for i, t in enumerate(part)])
+                    decode()
+                tokens.append([argmax(batch.n_tokens - 1)])
+            t1 = time.perf_counter()
+            for step in range(max_new_tokens - 1):
+                _fill(batch, [(tokens[seq][-1], len(ids) + step, seq, True) for seq, ids in enumerate(prompts)])
+                decode()
+                for seq in range(n):
+                    tokens[seq].append(argmax(seq))
+            t2 = time.perf_counter()
+            return t1 - t0, n * (max_new_tokens - 1) / (t2 - t1), tokens[0]
+
+        one_run()
+        prefill, runs, first_tokens = [], [], None
+        for _ in range(repeats):
+            p, tok_s, tokens = one_run()
+            prefill.append(p)
+            runs.append(tok_s)
+            first_tokens = first_tokens or tokens
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
+    return {
+        "tok_s": statistics.median(runs),
+        "prefill_s": statistics.median(prefill),
+        "runs": runs,
+        "prefill_runs": prefill,
+        "tokens": first_tokens,
+        "gguf": str(gguf_path),
+        "n_threads": n_threads,
+        "batch_size": n,
+        "n_prompt": [len(p) for p in prompts],
+        "max_new_tokens": max_new_tokens,
+    }
+
+
 def run_llamacpp(
     gguf: Path,
-    prompt_ids: list[int],
+    prompt_ids: list[int] | list[list[int]],
     max_new_tokens: int,
     repeats: int,
     n_threads: int,
     bf16_from: Path | None = None,
     python: Path | None = None,
 ) -> dict:
-    """``measure_llamacpp`` in llama.cpp's own environment (made on first use); with ``bf16_from``, ``gguf`` is
-    first written as that GGUF's BF16 copy. Returns the measurement with ``llama_cpp_version``."""
+    """``measure_llamacpp`` in llama.cpp's own environment (made on first use), or ``measure_llamacpp_batched``
+    when ``prompt_ids`` is a list of prompts; with ``bf16_from``, ``gguf`` is first written as that GGUF's
+    BF16 copy. Returns the measurement with ``llama_cpp_version``."""
     from speculab.environments import llamacpp_python
 
     python = python or llamacpp_python(create=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump([int(t) for t in prompt_ids], f)
+        json.dump(prompt_ids, f)
     argv = [
         str(python),
         __file__,
@@ -245,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="time llama.cpp greedy decoding (speculab compare llama.cpp)")
     p.add_argument("--gguf", type=Path, required=True)
     p.add_argument("--bf16-from", type=Path, default=None, help="first write --gguf as a BF16 copy of this GGUF")
-    p.add_argument("--prompt-ids-file", type=Path, required=True, help="JSON list of prompt token ids")
+    p.add_argument("--prompt-ids-file", type=Path, required=True, help="JSON list of prompt token ids, or a list of such lists")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, required=True)
@@ -253,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bf16_from is not None:
         ensure_bf16_gguf(args.bf16_from, args.gguf)
     prompt = json.loads(args.prompt_ids_file.read_text())
-    result = measure_llamacpp(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)
+    if prompt and isinstance(prompt[0], list):
+        result = measure_llamacpp_batched(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)
+    else:
+        result = measure_llamacpp(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)
     print(json.dumps(result | {"llama_cpp_version": _import_llama_cpp().__version__}))
     return 0
 

@@ -65,7 +65,7 @@ def native_kernels_for(module: nn.Module):
 
     All or none: a model whose linears mixed two kernels would round differently layer by layer for no gain.
     """
-    kernels = native.bf16_linear()
+    kernels = native.kernels()
     linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
     if kernels is None or not linears:
         return None

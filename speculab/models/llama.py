@@ -197,6 +197,7 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.native_layers = None  # the same layers' loop in C++ (native_layers.py), set by the loader when it applies
 
     @torch.no_grad()
     def fold_norm_weights(self) -> None:
@@ -251,11 +252,14 @@ class Transformer(nn.Module):
         batch.prepare(self.config)
         cos, sin = rope_tables(batch.input_pos, self.inv_freq, self.dtype)
         mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, self.dtype)
-        captured = {}
-        for i, layer in enumerate(self.layers):
-            if i in capture_layers:
-                captured[i] = x
-            x = layer(x, cache.layer(i), batch, cos, sin, mask)
+        if self.native_layers is not None:
+            x, captured = self.native_layers(x, batch, cache, cos, sin, mask, capture_layers)
+        else:
+            captured = {}
+            for i, layer in enumerate(self.layers):
+                if i in capture_layers:
+                    captured[i] = x
+                x = layer(x, cache.layer(i), batch, cos, sin, mask)
         hidden = self.norm(x)
         if logits_at is not None:
             picked = hidden.gather(1, logits_at[:, :, None].expand(-1, -1, hidden.shape[-1]))

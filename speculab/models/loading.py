@@ -25,6 +25,7 @@ from torch import Tensor
 from speculab.models.config import ModelConfig
 from speculab.models.linear import is_bf16_exact, native_kernels_for, prepack_linears
 from speculab.models.llama import Transformer, rope_inv_freq
+from speculab.models.native_layers import NativeLayers
 
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -149,6 +150,7 @@ def build_model(config: ModelConfig, state: dict[str, Tensor], device: str | tor
     if prepack:
         prepack_linears(model, kernels)
         _store_embedding_compactly(model)
+        model.native_layers = NativeLayers.of(model)
     _release_freed_heap()
     return model
 

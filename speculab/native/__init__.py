@@ -22,14 +22,16 @@ import torch
 from speculab.cpu import cpu_has_avx2_fma
 from speculab.files import cache_dir
 
-SOURCES = (Path(__file__).with_name("bf16_linear.cpp"),)
-NAME = "bf16_linear"
+HERE = Path(__file__).parent
+SOURCES = (HERE / "module.cpp", HERE / "bf16_linear.cpp", HERE / "attention.cpp", HERE / "layers.cpp")
+HEADERS = (HERE / "bf16_linear.h", HERE / "attention.h", HERE / "layers.h")
+NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 
 
 def build_dir() -> Path:
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     digest.update(" ".join(FLAGS).encode())
     return cache_dir() / "native" / f"torch-{torch.__version__}-{digest.hexdigest()[:12]}"
@@ -53,11 +55,11 @@ def build(verbose: bool = False) -> ModuleType:
     # ninja may be installed in this environment only (the `ninja` dependency): its bin folder goes first on PATH
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     sources = [str(s) for s in SOURCES]
-    return cpp_extension.load(NAME, sources, extra_cflags=list(FLAGS), build_directory=str(folder), verbose=verbose)
+    return cpp_extension.load(NAME, sources, extra_cflags=[*FLAGS, f"-I{HERE}"], build_directory=str(folder), verbose=verbose)
 
 
 @functools.cache
-def bf16_linear() -> ModuleType | None:
+def kernels() -> ModuleType | None:
     """The built kernel module, or None (with a one-line note on stderr when it was never built)."""
     if disabled_reason():
         return None

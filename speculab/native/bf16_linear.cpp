@@ -8,6 +8,8 @@
 //
 // Layout: W [N, K] is packed once as panels of 16 output columns, [ceil(N/16), K, 16], zero-padded, so
 // the kernel reads each panel's weights for one k as two contiguous 8-float vectors.
+#include "bf16_linear.h"
+
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -103,7 +105,7 @@ void rows_kernel(int64_t mr, const float* x, const uint16_t* w, int64_t k, int64
 
 }  // namespace
 
-torch::Tensor pack(torch::Tensor w) {
+torch::Tensor bf16_pack(torch::Tensor w) {
   TORCH_CHECK(w.dim() == 2, "bf16_linear.pack: weight must be 2-D");
   const int64_t n = w.size(0), k = w.size(1), panels = (n + kPanelCols - 1) / kPanelCols;
   auto padded = torch::zeros({panels * kPanelCols, k}, w.options().dtype(torch::kBFloat16));
@@ -111,7 +113,7 @@ torch::Tensor pack(torch::Tensor w) {
   return padded.view({panels, kPanelCols, k}).transpose(1, 2).contiguous();  // [panels, K, 16]
 }
 
-torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias) {
+torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "bf16_linear: x must be float32, got ", x.scalar_type());
   TORCH_CHECK(packed.scalar_type() == torch::kBFloat16 && packed.dim() == 3 && packed.is_contiguous() && packed.size(2) == kPanelCols,
               "bf16_linear: weight must come from pack()");
@@ -162,9 +164,4 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::opti
   }
   if (bias.has_value() && bias->defined()) y.add_(*bias);
   return y.view(sizes);
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("pack", &pack, "pack a [N, K] weight as bf16 panels [ceil(N/16), K, 16]");
-  m.def("linear", &linear, "fp32 x @ W.T (+ bias) from a packed bf16 weight, fp32 accumulation");
 }

@@ -3,7 +3,7 @@
 Knows: how to draw training prompts (the same task templates as the benchmark,
 from files the benchmark never uses: ``sources.is_benchmark_file``), how to
 have the target answer them (self-distillation: greedy for some, sampled for
-others) with speculab's own engine, and how to store the resulting token
+others) with speculab's own engine, continuously batched, and how to store the resulting token
 sequences so that a killed run resumes where it stopped.
 
 The target's features come for free while it answers: a recording proposer
@@ -197,42 +197,59 @@ class FeatureRecorder(Proposer):
         return torch.cat(self.features.pop(request_id))
 
 
-def generate_sequences(loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16, feature_layers: tuple[int, ...] = ()) -> list[dict]:
-    """Answer the training prompts with the target, recording its features; resumes from ``out_dir``."""
+def answer_params(prompts: list[dict], spec: DataSpec) -> list[SamplingParams]:
+    """Each prompt's sampling settings, drawn in prompt order from the spec's seed: the same on a resumed run."""
+    rng = random.Random(spec.seed + 1)
+    params = []
+    for _ in prompts:
+        temperature = 0.8 if rng.random() < spec.sampled_share else 0.0
+        params.append(SamplingParams(max_tokens=spec.response_tokens, temperature=temperature, seed=rng.randrange(1 << 30)))
+    return params
+
+
+def generate_sequences(
+    loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16, feature_layers: tuple[int, ...] = (), shard_size: int = 16
+) -> list[dict]:
+    """Answer the training prompts with the target, recording its features; resumes from ``out_dir``.
+
+    Continuous batching: every prompt is queued at once and the engine admits the next one into a slot as
+    soon as an answer ends, so ``batch_size`` slots stay busy until the queue runs dry (answers differ in
+    length; a fixed group would wait for its longest). Answers are stored in shards of ``shard_size`` as they
+    finish; a killed run loses at most the answers in flight.
+    """
     from speculab.engine import Engine
 
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "sequences.jsonl"
     done = _stored_records(out_dir, index)
     if len(done) >= spec.num_prompts:
-        return done[: spec.num_prompts]
+        return sorted(done, key=lambda r: r["id"])[: spec.num_prompts]
     prompts = draw_prompts(loaded.tokenizer, spec)
-    todo = prompts[len(done) :]
+    answered = {r["id"] for r in done}
+    todo = [(p, params) for p, params in zip(prompts, answer_params(prompts, spec)) if p["id"] not in answered]
     if not todo:
-        return done
+        return sorted(done, key=lambda r: r["id"])
     max_len = max(len(p["prompt_ids"]) for p in prompts) + spec.response_tokens + 8
     recorder = FeatureRecorder(feature_layers)
     engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len, stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
-    rng = random.Random(spec.seed + 1 + len(done))
+    asked = {engine.add_request(p["prompt_ids"], params).id: (p, params) for p, params in todo}
+    finished = []
     with tqdm(total=len(prompts), initial=len(done), desc="self-distillation", unit="prompt") as bar:
-        for group in _groups(todo, batch_size):
-            params = [
-                SamplingParams(
-                    max_tokens=spec.response_tokens,
-                    temperature=0.8 if rng.random() < spec.sampled_share else 0.0,
-                    seed=rng.randrange(1 << 30),
-                )
-                for _ in group
-            ]
-            requests = engine.generate([g["prompt_ids"] for g in group], params)
-            shard = f"features-{len(done):05d}.safetensors"
-            tensors, records = {}, []
-            for prompt, request, p in zip(group, requests, params):
-                tensors[prompt["id"]] = recorder.take(request.id).contiguous()
-                records.append({**prompt, "response_ids": request.output_ids, "temperature": p.temperature, "features_file": shard})
-            done += _store_shard(out_dir / shard, tensors, index, records)
-            bar.update(len(group))
-    return done
+        while engine.has_work:
+            finished += [event.request for event in engine.step() if event.finished]
+            if len(finished) >= shard_size or (finished and not engine.has_work):
+                shard = f"features-{len(done):05d}.safetensors"
+                tensors, records = {}, []
+                for request in finished:
+                    prompt, params = asked[request.id]
+                    # an answer the target ends (an emitted stop token is not kept) has one feature row too many
+                    length = len(prompt["prompt_ids"]) + len(request.output_ids) - 1
+                    tensors[prompt["id"]] = recorder.take(request.id)[:length].contiguous()
+                    records.append({**prompt, "response_ids": request.output_ids, "temperature": params.temperature, "features_file": shard})
+                done += _store_shard(out_dir / shard, tensors, index, records)
+                bar.update(len(finished))
+                finished = []
+    return sorted(done, key=lambda r: r["id"])
 
 
 def record_code_windows(

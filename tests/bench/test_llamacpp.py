@@ -35,6 +35,15 @@ def test_the_script_times_greedy_decoding_and_makes_a_bf16_copy(llama_env, tmp_p
     assert copy["gguf"] == str(bf16)
 
 
+def test_batched_decoding_gives_each_sequence_its_single_stream_tokens(llama_env):
+    """One llama_batch per step, a token of each sequence: the same greedy tokens as decoding each alone."""
+    prompts = [list(range(100, 140)), list(range(300, 325)), list(range(7, 60))]
+    batched = run_llamacpp(ensure_gguf(), prompts, max_new_tokens=6, repeats=1, n_threads=2, python=llama_env)
+    assert batched["batch_size"] == 3 and batched["n_prompt"] == [40, 25, 53]
+    alone = run_llamacpp(ensure_gguf(), prompts[0], max_new_tokens=6, repeats=1, n_threads=2, python=llama_env)
+    assert batched["tokens"] == alone["tokens"]
+
+
 def test_a_failing_run_quotes_llama_cpps_error(llama_env, tmp_path):
     with pytest.raises(RuntimeError, match="GGUF not found"):
         run_llamacpp(tmp_path / "missing.gguf", [1, 2, 3], max_new_tokens=2, repeats=1, n_threads=1, python=llama_env)

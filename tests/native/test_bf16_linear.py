@@ -9,7 +9,7 @@ from speculab.models.linear import NativeLinear, is_bf16_exact, native_kernels_f
 
 @pytest.fixture(scope="module")
 def kernels():
-    module = native.bf16_linear()
+    module = native.kernels()
     assert module is not None, f"native kernels not built ({native.disabled_reason() or native.build_dir()}): run `make setup`"
     return module
 
@@ -76,9 +76,9 @@ def test_only_bf16_numbers_take_the_native_path(kernels):
 
 def test_disabled_by_the_environment(monkeypatch):
     monkeypatch.setenv("SPECULAB_NATIVE", "0")
-    native.bf16_linear.cache_clear()
+    native.kernels.cache_clear()
     try:
-        assert native.bf16_linear() is None and native.disabled_reason() == "SPECULAB_NATIVE=0"
+        assert native.kernels() is None and native.disabled_reason() == "SPECULAB_NATIVE=0"
     finally:
         monkeypatch.undo()
-        native.bf16_linear.cache_clear()
+        native.kernels.cache_clear()

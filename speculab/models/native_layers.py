@@ -1,0 +1,76 @@
+"""The decoder layers run by speculab's C++ loop (``native/layers.cpp``) instead of the Python one.
+
+Knows: which of a Transformer's block tensors the C++ loop reads, in its order, and when it applies: every
+block linear is a ``NativeLinear`` (a bf16 checkpoint in fp32 with the kernels built). The C++ loop calls the
+same ATen ops as ``Block.forward`` in the same order, so its output is bit for bit the Python loop's; it only
+removes the interpreter's cost per op.
+Does not know: the math (``llama.py`` is the reference), or how kernels are built (``native/``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from speculab.models.linear import NativeLinear
+
+# Forwards of at most this many new tokens per row (decode steps, verifies of chains and small trees) use the
+# native attention, 1.2-2x faster there; longer ones (big trees, prefill chunks) ATen's flash attention, which
+# is faster from about 12 query rows per KV head on (benchmarks/forward_kernels.py).
+ATTENTION_MAX_Q = 8
+
+
+class NativeLayers:
+    def __init__(self, model, kernels, attention_max_q: int = ATTENTION_MAX_Q):
+        empty = torch.empty(0)
+        self.kernels = kernels
+        self.attention_max_q = attention_max_q  # 0: ATen's attention always, bit for bit the Python loop
+        self.config = model.config
+        self.params = [
+            [
+                empty if layer.input_layernorm.weight is None else layer.input_layernorm.weight,
+                layer.self_attn.qkv_proj.packed,
+                empty if layer.self_attn.qkv_proj.bias is None else layer.self_attn.qkv_proj.bias,
+                layer.self_attn.o_proj.packed,
+                empty if layer.post_attention_layernorm.weight is None else layer.post_attention_layernorm.weight,
+                layer.mlp.gate_up_proj.packed,
+                layer.mlp.down_proj.packed,
+            ]
+            for layer in model.layers
+        ]
+
+    @classmethod
+    def of(cls, model) -> NativeLayers | None:
+        """The C++ loop for ``model``, or None when a block linear is not native (the Python loop runs)."""
+        linears = [
+            m
+            for layer in model.layers
+            for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+        ]
+        if not linears or not all(isinstance(m, NativeLinear) for m in linears):
+            return None
+        return cls(model, linears[0].kernels)
+
+    def __call__(self, x: Tensor, batch, cache, cos: Tensor, sin: Tensor, mask: Tensor, capture_layers: tuple[int, ...]):
+        """x: [batch, q, hidden] → (x after the last layer, {layer: [batch, q, hidden] entering it})."""
+        c = self.config
+        row_start = batch.contiguous_rows.start if batch.contiguous_rows is not None else -1
+        x, captured = self.kernels.decoder_layers(
+            x,
+            self.params,
+            cache.kv,
+            batch.rows,
+            row_start,
+            batch.cache_pos,
+            batch.kv_heads_index,
+            cos,
+            sin,
+            mask,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim,
+            c.rms_norm_eps,
+            sorted(capture_layers),
+            self.attention_max_q,
+        )
+        return x, dict(zip(sorted(capture_layers), captured))

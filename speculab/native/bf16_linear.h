@@ -1,0 +1,6 @@
+// fp32 activations times bf16 weights packed by bf16_pack (see bf16_linear.cpp).
+#pragma once
+#include <torch/extension.h>
+
+torch::Tensor bf16_pack(torch::Tensor w);
+torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias);

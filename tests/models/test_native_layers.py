@@ -1,0 +1,87 @@
+"""The C++ layers' loop against the Python one: bit for bit with ATen's attention, close with the native one."""
+
+import pytest
+import torch
+
+from speculab.models.llama import ForwardBatch, causal_batch
+from speculab.models.native_layers import NativeLayers
+from tests.helpers import speculab_from_hf, tiny_hf_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    ours = speculab_from_hf(tiny_hf_model("qwen2", seed=2, bf16_weights=True))  # qkv bias too
+    assert isinstance(ours.native_layers, NativeLayers), "native kernels not built: run `make setup`"
+    return ours
+
+
+def run(model, native_layers, tokens, batch_of, capture=(0, 2)):
+    """Prefill 9 context tokens in slots 0..2, then one forward of ``tokens``; logits, captures and the cache."""
+    saved = model.native_layers
+    model.native_layers = native_layers
+    try:
+        cache = model.new_cache(4, 64)
+        context = torch.arange(3, 30).view(3, 9)
+        model(context, causal_batch(torch.arange(3), torch.zeros(3, dtype=torch.long), 9), cache)
+        out = model(tokens, batch_of(), cache, capture_layers=capture)
+        return out.logits, out.captured, cache.kv.clone()
+    finally:
+        model.native_layers = saved
+
+
+def batches():
+    """A chain over contiguous slots; a chain over gathered slots (2, 0); a tree of 4 nodes in slot 1."""
+    tree = torch.zeros(1, 1, 4, 13, dtype=torch.bool)
+    tree[..., :9] = True
+    for i, ancestors in enumerate([[0], [0, 1], [0, 2], [0, 1, 3]]):
+        tree[0, 0, i, [9 + a for a in ancestors]] = True
+    return {
+        "chain": (torch.randint(0, 256, (3, 5)), lambda: causal_batch(torch.arange(3), torch.full((3,), 9), 5)),
+        "gathered": (torch.randint(0, 256, (2, 1)), lambda: causal_batch(torch.tensor([2, 0]), torch.full((2,), 9), 1)),
+        "tree": (
+            torch.randint(0, 256, (1, 4)),
+            lambda: ForwardBatch(torch.tensor([1]), torch.tensor([[9, 10, 10, 11]]), torch.arange(9, 13)[None], tree),
+        ),
+    }
+
+
+@pytest.mark.parametrize("shape", ["chain", "gathered", "tree"])
+def test_with_atens_attention_the_loop_is_the_python_loop_bit_for_bit(model, shape):
+    tokens, batch_of = batches()[shape]
+    python = run(model, None, tokens, batch_of)
+    native = run(model, NativeLayers(model, model.native_layers.kernels, attention_max_q=0), tokens, batch_of)
+    assert torch.equal(native[0], python[0])
+    assert native[1].keys() == python[1].keys() and all(torch.equal(native[1][i], python[1][i]) for i in python[1])
+    assert torch.equal(native[2], python[2])  # the same K/V written at the same places
+
+
+@pytest.mark.parametrize("shape", ["chain", "gathered", "tree"])
+def test_with_the_native_attention_the_loop_is_close_to_the_python_loop(model, shape):
+    tokens, batch_of = batches()[shape]
+    python = run(model, None, tokens, batch_of)
+    native = run(model, model.native_layers, tokens, batch_of)
+    torch.testing.assert_close(native[0], python[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(native[2], python[2], rtol=1e-5, atol=1e-5)
+
+
+def test_a_verify_gives_each_row_what_decoding_it_alone_gives(model):
+    """Row independence end to end: q tokens in one forward == q one-token forwards, bit for bit."""
+    tokens = torch.randint(0, 256, (1, 5))
+    cache = model.new_cache(1, 64)
+    model(torch.arange(3, 12)[None], causal_batch(torch.arange(1), torch.zeros(1, dtype=torch.long), 9), cache)
+    verify = model(tokens, causal_batch(torch.arange(1), torch.tensor([9]), 5), cache).logits
+    steps = [model(tokens[:, t : t + 1], causal_batch(torch.arange(1), torch.tensor([9 + t]), 1), cache).logits for t in range(5)]
+    assert torch.equal(torch.cat(steps, 1), verify)
+
+
+def test_the_python_loop_runs_without_the_kernels(monkeypatch):
+    from speculab import native
+
+    monkeypatch.setenv("SPECULAB_NATIVE", "0")
+    native.kernels.cache_clear()
+    try:
+        ours = speculab_from_hf(tiny_hf_model("llama", seed=2, bf16_weights=True))
+        assert ours.native_layers is None
+    finally:
+        monkeypatch.undo()
+        native.kernels.cache_clear()
