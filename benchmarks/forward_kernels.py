@@ -92,30 +92,24 @@ def main() -> None:
     bandwidth = read_bandwidth_gbs()
     print(f"read bandwidth {bandwidth:.1f} GB/s", file=sys.stderr)
     cells, floors = [], {}
-    for kernels in ("pytorch", "native"):
-        model = load_on(kernels)
-        floors[kernels] = weight_bytes(model) / bandwidth / 1e6
+    for variant in VARIANTS:
+        model = load_on(variant)
+        floors[variant] = weight_bytes(model) / bandwidth / 1e6
         for b in BATCHES:
             runs = measure_runs(model, b, list(QS), args.repeats)
             for q in QS:
                 ms = runs[q]
-                cells.append(
-                    {
-                        "kernels": kernels,
-                        "batch_size": b,
-                        "q": q,
-                        "ms": round(statistics.median(ms), 2),
-                        "min": round(min(ms), 2),
-                        "max": round(max(ms), 2),
-                    }
-                )
+                cell = {"variant": variant, "batch_size": b, "q": q, "ms": round(statistics.median(ms), 2)}
+                cells.append(cell | {"min": round(min(ms), 2), "max": round(max(ms), 2)})
                 print(cells[-1], file=sys.stderr)
-        if kernels == "native":
+        if variant == "native":
             profile = profile_step(model)
         del model
-    by = {(c["kernels"], c["batch_size"], c["q"]): c["ms"] for c in cells}
+    by = {(c["variant"], c["batch_size"], c["q"]): c["ms"] for c in cells}
     speedups = [
-        {"batch_size": b, "q": q, "native_vs_pytorch": round(by["pytorch", b, q] / by["native", b, q], 2)} for b in BATCHES for q in QS
+        {"batch_size": b, "q": q} | {f"{v}_vs_pytorch": round(by["pytorch", b, q] / by[v, b, q], 2) for v in VARIANTS[1:]}
+        for b in BATCHES
+        for q in QS
     ]
     step = {k: by[k, 1, 1] for k in floors}
     print(

@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--prompt-tokens", type=int, default=1200)
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--threads", type=int, default=None, help="torch/llama.cpp threads (default: torch's choice)")
-    c.add_argument("--quant", choices=["bf16", "q4_1"], default="bf16", help="llama.cpp only: GGUF type")
+    c.add_argument("--quant", choices=["bf16", "f32", "q4_1"], default="bf16", help="llama.cpp only: GGUF type")
     c.add_argument("--eagle", default=None, help="eagle-reference only: the EAGLE-1 head folder")
     c.add_argument("--tree", default="mc_sim_7b_63", help="eagle-reference only: the static tree both sides use")
     c.add_argument("--num-steps", type=int, default=5, help="eagle-reference only: speculab's dynamic tree depth")

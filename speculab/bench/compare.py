@@ -177,11 +177,14 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
     loaded = _setup(args)
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, args.batch_size)
     q4 = ensure_gguf()
-    gguf, source = (cache_dir() / "gguf" / "SmolLM2-135M-Instruct.BF16.gguf", q4) if args.quant == "bf16" else (q4, None)
+    # BF16 and F32 are llama.cpp's own conversions of the Q4_1 file: the same dequantised weights as speculab's
+    gguf, source = (q4, None) if args.quant == "q4_1" else (cache_dir() / "gguf" / f"SmolLM2-135M-Instruct.{args.quant.upper()}.gguf", q4)
     ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
     # batch 1: one stream; more: one llama_batch per step with a token of each sequence (measure_llamacpp_batched)
     peer_prompts = prompts[0] if args.batch_size == 1 else prompts
-    peer = llamacpp.run_llamacpp(gguf, peer_prompts, args.max_tokens, args.repeats, torch.get_num_threads(), bf16_from=source)
+    peer = llamacpp.run_llamacpp(
+        gguf, peer_prompts, args.max_tokens, args.repeats, torch.get_num_threads(), convert_from=source, ftype=args.quant
+    )
     return {
         "peer": "llama.cpp",
         "llama_cpp_version": peer.get("llama_cpp_version"),

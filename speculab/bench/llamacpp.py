@@ -5,11 +5,12 @@ so speculab's numbers can be put next to llama.cpp's on the same machine.
 
 What this module knows:
 
-* How to make a BF16 GGUF from a quantized one (e.g. the Q4_1
+* How to make a BF16 or F32 GGUF from a quantized one (e.g. the Q4_1
   SmolLM2-135M-Instruct file) with llama.cpp's own quantizer
-  (``llama_model_quantize`` with ``LLAMA_FTYPE_MOSTLY_BF16`` and
-  ``allow_requantize``).  The result is a *dequantized* Q4_1 model stored as
-  BF16 (1-d tensors such as norms stay F32), not the original BF16 release:
+  (``llama_model_quantize`` with ``LLAMA_FTYPE_MOSTLY_BF16`` or
+  ``LLAMA_FTYPE_ALL_F32`` and ``allow_requantize``).  The result is a
+  *dequantized* Q4_1 model stored as BF16 (1-d tensors such as norms stay
+  F32) or F32, not the original BF16 release:
   its weights are the Q4_1 weights rounded to BF16, so its greedy tokens can
   differ slightly from the Q4_1 file's.
 * How to time greedy decoding: one warm-up run, then ``repeats`` runs, each
@@ -68,11 +69,14 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
-def ensure_bf16_gguf(src_gguf: Path, dst_gguf: Path) -> Path:
-    """Write a BF16 copy of ``src_gguf`` to ``dst_gguf`` unless it exists.
+FTYPES = {"bf16": "LLAMA_FTYPE_MOSTLY_BF16", "f32": "LLAMA_FTYPE_ALL_F32"}
+
+
+def ensure_gguf_copy(src_gguf: Path, dst_gguf: Path, ftype: str = "bf16") -> Path:
+    """Write a ``ftype`` (bf16 or f32) copy of ``src_gguf`` to ``dst_gguf`` unless it exists.
 
     Uses llama.cpp's quantizer (``llama_model_quantize``, ftype
-    ``LLAMA_FTYPE_MOSTLY_BF16``, ``allow_requantize=True``), writing to a
+    ``FTYPES[ftype]``, ``allow_requantize=True``), writing to a
     temporary file first so an interrupted run leaves no half-written
     ``dst_gguf``.  Returns ``dst_gguf``.
     """
@@ -86,7 +90,7 @@ def ensure_bf16_gguf(src_gguf: Path, dst_gguf: Path) -> Path:
     tmp = dst_gguf.with_name(f"{dst_gguf.name}.tmp{os.getpid()}")
 
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_BF16
+    params.ftype = getattr(llama_cpp, FTYPES[ftype])
     params.allow_requantize = True
 
     # llama-cpp-python prints every llama.cpp log line (one per tensor here)
@@ -98,7 +102,7 @@ def ensure_bf16_gguf(src_gguf: Path, dst_gguf: Path) -> Path:
         llama_cpp.llama_backend_init()
         rc = llama_cpp.llama_model_quantize(str(src_gguf).encode(), str(tmp).encode(), params)
         if rc != 0:
-            raise RuntimeError(f"llama_model_quantize({src_gguf} -> BF16) failed with code {rc}")
+            raise RuntimeError(f"llama_model_quantize({src_gguf} -> {ftype}) failed with code {rc}")
         os.replace(tmp, dst_gguf)
     finally:
         logger.setLevel(old_level)
@@ -301,12 +305,13 @@ def run_llamacpp(
     max_new_tokens: int,
     repeats: int,
     n_threads: int,
-    bf16_from: Path | None = None,
+    convert_from: Path | None = None,
     python: Path | None = None,
+    ftype: str = "bf16",
 ) -> dict:
     """``measure_llamacpp`` in llama.cpp's own environment (made on first use), or ``measure_llamacpp_batched``
-    when ``prompt_ids`` is a list of prompts; with ``bf16_from``, ``gguf`` is first written as that GGUF's
-    BF16 copy. Returns the measurement with ``llama_cpp_version``."""
+    when ``prompt_ids`` is a list of prompts; with ``convert_from``, ``gguf`` is first written as that GGUF's
+    ``ftype`` (bf16 or f32) copy. Returns the measurement with ``llama_cpp_version``."""
     from speculab.environments import llamacpp_python
 
     python = python or llamacpp_python(create=True)
@@ -325,7 +330,7 @@ def run_llamacpp(
         str(repeats),
         "--threads",
         str(n_threads),
-    ] + (["--bf16-from", str(bf16_from)] if bf16_from else [])
+    ] + (["--convert-from", str(convert_from), "--ftype", ftype] if convert_from else [])
     try:
         done = subprocess.run(argv, capture_output=True, text=True)
     finally:
@@ -339,14 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     """Script entry, run by llama.cpp's environment: the last stdout line is one JSON object."""
     p = argparse.ArgumentParser(description="time llama.cpp greedy decoding (speculab compare llama.cpp)")
     p.add_argument("--gguf", type=Path, required=True)
-    p.add_argument("--bf16-from", type=Path, default=None, help="first write --gguf as a BF16 copy of this GGUF")
+    p.add_argument("--convert-from", type=Path, default=None, help="first write --gguf as a --ftype copy of this GGUF")
+    p.add_argument("--ftype", choices=sorted(FTYPES), default="bf16")
     p.add_argument("--prompt-ids-file", type=Path, required=True, help="JSON list of prompt token ids, or a list of such lists")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, required=True)
     args = p.parse_args(argv)
-    if args.bf16_from is not None:
-        ensure_bf16_gguf(args.bf16_from, args.gguf)
+    if args.convert_from is not None:
+        ensure_gguf_copy(args.convert_from, args.gguf, args.ftype)
     prompt = json.loads(args.prompt_ids_file.read_text())
     if prompt and isinstance(prompt[0], list):
         result = measure_llamacpp_batched(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)

@@ -1,9 +1,10 @@
 """The decoder layers run by speculab's C++ loop (``native/layers.cpp``) instead of the Python one.
 
 Knows: which of a Transformer's block tensors the C++ loop reads, in its order, and when it applies: every
-block linear is a ``NativeLinear`` (a bf16 checkpoint in fp32 with the kernels built). The C++ loop calls the
-same ATen ops as ``Block.forward`` in the same order, so its output is bit for bit the Python loop's; it only
-removes the interpreter's cost per op.
+block linear is a ``NativeLinear`` (a bf16 checkpoint in fp32 with the kernels built). The C++ loop does
+``Block.forward``'s math with speculab's kernels (RMSNorm, RoPE written into the cache, attention, SiLU,
+residual sums in the matmuls' stores): the same results to fp32 rounding, each row computed alone, so a
+verify forward gives bit for bit what one-token forwards give.
 Does not know: the math (``llama.py`` is the reference), or how kernels are built (``native/``).
 """
 
@@ -24,7 +25,7 @@ class NativeLayers:
     def __init__(self, model, kernels, attention_max_q: int = ATTENTION_MAX_Q):
         empty = torch.empty(0)
         self.kernels = kernels
-        self.attention_max_q = attention_max_q  # 0: ATen's attention always, bit for bit the Python loop
+        self.attention_max_q = attention_max_q
         self.config = model.config
         self.params = [
             [
@@ -62,7 +63,6 @@ class NativeLayers:
             batch.rows,
             row_start,
             batch.cache_pos,
-            batch.kv_heads_index,
             cos,
             sin,
             mask,

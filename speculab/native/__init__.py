@@ -23,8 +23,8 @@ from speculab.cpu import cpu_has_avx2_fma
 from speculab.files import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "module.cpp", HERE / "bf16_linear.cpp", HERE / "attention.cpp", HERE / "layers.cpp")
-HEADERS = (HERE / "bf16_linear.h", HERE / "attention.h", HERE / "layers.h")
+SOURCES = tuple(HERE / f for f in ("module.cpp", "bf16_linear.cpp", "attention.cpp", "ops.cpp", "layers.cpp"))
+HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h"))
 NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 

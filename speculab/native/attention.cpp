@@ -16,37 +16,12 @@
 #include <limits>
 #include <vector>
 
+#include "vec_math.h"
+
 namespace {
 
 constexpr int64_t kChunk = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// exp(x) for 8 floats: range reduction to 2^n * exp(r), |r| <= ln2/2, degree-6 polynomial (about 2 ulp);
-// -inf gives 0. The Cephes expf scheme.
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-88.3762626647949f);
-  const __m256 is_neg_inf = _mm256_cmp_ps(x, _mm256_set1_ps(kNegInf), _CMP_EQ_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(is_neg_inf, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // The eight lanes' sums of eight vectors, as one vector: lane i = ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) of
 // vector i, the same additions for every lane, so a key's score does not depend on its place in the group.
@@ -97,11 +72,11 @@ void chunk_partials(const float* q, int64_t q_row_stride, int64_t rows, const fl
     const __m256 mv = _mm256_set1_ps(m);
     __m256 total = _mm256_setzero_ps();
     for (int64_t j = 0; j < groups * 8; j += 8) {
-      const __m256 p = exp8(_mm256_sub_ps(_mm256_loadu_ps(&scores[j]), mv));
+      const __m256 p = vec::exp8(_mm256_sub_ps(_mm256_loadu_ps(&scores[j]), mv));
       _mm256_storeu_ps(&scores[j], p);
       total = _mm256_add_ps(total, p);
     }
-    partials[r].sum = hsum(total);
+    partials[r].sum = vec::hsum(total);
     __m256 acc[16];  // d <= 128
     for (int64_t x = 0; x < vecs; ++x) acc[x] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {

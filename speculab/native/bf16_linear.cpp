@@ -27,7 +27,8 @@ inline __m256 widen8(const uint16_t* p) {
 
 // MR rows of x against P consecutive panels (16*P columns starting at panel p0).
 template <int MR, int P>
-void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p0, float* y, int64_t ldy, int64_t n) {
+void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p0, float* y, int64_t ldy, int64_t n,
+            const float* res) {
   __m256 acc[MR][2 * P];
   for (int r = 0; r < MR; ++r)
     for (int c = 0; c < 2 * P; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -47,14 +48,15 @@ void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p
   const int64_t col0 = p0 * kPanelCols;
   for (int r = 0; r < MR; ++r) {
     float* yr = y + r * ldy + col0;
+    const float* rr = res ? res + r * ldy + col0 : nullptr;
     for (int c = 0; c < 2 * P; ++c) {
       const int64_t col = col0 + 8 * c;
       if (col + 8 <= n) {
-        _mm256_storeu_ps(yr + 8 * c, acc[r][c]);
+        _mm256_storeu_ps(yr + 8 * c, rr ? _mm256_add_ps(_mm256_loadu_ps(rr + 8 * c), acc[r][c]) : acc[r][c]);
       } else if (col < n) {
         alignas(32) float tmp[8];
         _mm256_store_ps(tmp, acc[r][c]);
-        for (int64_t j = 0; col + j < n; ++j) yr[8 * c + j] = tmp[j];
+        for (int64_t j = 0; col + j < n; ++j) yr[8 * c + j] = rr ? rr[8 * c + j] + tmp[j] : tmp[j];
       }
     }
   }
@@ -64,7 +66,8 @@ void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p
 // block) and the panel is already widened to fp32, so each k costs two loads, six broadcasts, twelve FMAs.
 constexpr int kRows = 6;
 
-void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, int64_t p0, float* y, int64_t ldy, int64_t n) {
+void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, int64_t p0, float* y, int64_t ldy, int64_t n,
+                 const float* res) {
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
          a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
   for (int64_t i = 0; i < k; ++i) {
@@ -92,15 +95,15 @@ void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, i
   _mm256_store_ps(out[5], a50); _mm256_store_ps(out[5] + 8, a51);
   const int64_t col0 = p0 * kPanelCols, cols = std::min<int64_t>(kPanelCols, n - col0);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[r * ldy + col0 + c] = out[r][c];
+    for (int64_t c = 0; c < cols; ++c) y[r * ldy + col0 + c] = res ? res[r * ldy + col0 + c] + out[r][c] : out[r][c];
 }
 
 template <int MR>
-void rows_kernel(int64_t mr, const float* x, const uint16_t* w, int64_t k, int64_t p, float* y, int64_t n) {
+void rows_kernel(int64_t mr, const float* x, const uint16_t* w, int64_t k, int64_t p, float* y, int64_t n, const float* res) {
   if constexpr (MR > 1) {
-    if (mr < MR) return rows_kernel<MR - 1>(mr, x, w, k, p, y, n);
+    if (mr < MR) return rows_kernel<MR - 1>(mr, x, w, k, p, y, n, res);
   }
-  kernel<MR, 1>(x, k, w, k, p, y, n, n);
+  kernel<MR, 1>(x, k, w, k, p, y, n, n, res);
 }
 
 }  // namespace
@@ -113,7 +116,8 @@ torch::Tensor bf16_pack(torch::Tensor w) {
   return padded.view({panels, kPanelCols, k}).transpose(1, 2).contiguous();  // [panels, K, 16]
 }
 
-torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias) {
+torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias,
+                          c10::optional<torch::Tensor> residual) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "bf16_linear: x must be float32, got ", x.scalar_type());
   TORCH_CHECK(packed.scalar_type() == torch::kBFloat16 && packed.dim() == 3 && packed.is_contiguous() && packed.size(2) == kPanelCols,
               "bf16_linear: weight must come from pack()");
@@ -128,22 +132,29 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
   const float* xp = x2.data_ptr<float>();
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
+  torch::Tensor res2;
+  const float* rp = nullptr;  // y = residual + x @ W.T: the sum a residual connection makes, stored once
+  if (residual.has_value() && residual->defined()) {
+    TORCH_CHECK(residual->scalar_type() == torch::kFloat32 && residual->numel() == m * n, "bf16_linear: residual must be float32 like the output");
+    res2 = residual->reshape({m, n}).contiguous();
+    rp = res2.data_ptr<float>();
+  }
   if (m == 1) {
     // One row: four panels at a time, so eight independent accumulator chains hide the FMA latency.
     at::parallel_for(0, (panels + 3) / 4, 16, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p = 4 * b;
         if (p + 4 <= panels) {
-          kernel<1, 4>(xp, k, wp, k, p, yp, n, n);
+          kernel<1, 4>(xp, k, wp, k, p, yp, n, n, rp);
         } else {
-          for (int64_t q = p; q < panels; ++q) kernel<1, 1>(xp, k, wp, k, q, yp, n, n);
+          for (int64_t q = p; q < panels; ++q) kernel<1, 1>(xp, k, wp, k, q, yp, n, n, rp);
         }
       }
     });
   } else if (m < kRows) {
     // A few rows (a short verify): weights widened on the fly, as for one row.
     at::parallel_for(0, panels, 4, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) rows_kernel<kRows - 1>(m, xp, wp, k, p, yp, n);
+      for (int64_t p = p0; p < p1; ++p) rows_kernel<kRows - 1>(m, xp, wp, k, p, yp, n, rp);
     });
   } else {
     // Rows packed k-major in blocks of six (zero-padded), so a block's six values for one k are adjacent.
@@ -158,10 +169,12 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
         const uint16_t* src = wp + p * k * kPanelCols;
         for (int64_t i = 0; i < k * kPanelCols; i += 8) _mm256_storeu_ps(wide.data() + i, widen8(src + i));
         for (int64_t b = 0; b < blocks; ++b)
-          kernel_wide(xq + b * k * kRows, wide.data(), k, std::min<int64_t>(kRows, m - b * kRows), p, yp + b * kRows * n, n, n);
+          kernel_wide(xq + b * k * kRows, wide.data(), k, std::min<int64_t>(kRows, m - b * kRows), p, yp + b * kRows * n, n, n,
+                      rp ? rp + b * kRows * n : nullptr);
       }
     });
   }
+  TORCH_CHECK(!(rp && bias.has_value() && bias->defined()), "bf16_linear: a bias and a residual together are not supported");
   if (bias.has_value() && bias->defined()) y.add_(*bias);
   return y.view(sizes);
 }

@@ -4,10 +4,15 @@
 #include "attention.h"
 #include "bf16_linear.h"
 #include "layers.h"
+#include "ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &bf16_pack, "pack a [N, K] weight as bf16 panels [ceil(N/16), K, 16]");
-  m.def("linear", &bf16_linear, "fp32 x @ W.T (+ bias) from a packed bf16 weight, fp32 accumulation");
+  m.def("linear", &bf16_linear, "fp32 x @ W.T (+ bias, or + residual) from a packed bf16 weight, fp32 accumulation",
+        py::arg("x"), py::arg("packed"), py::arg("n"), py::arg("bias") = py::none(), py::arg("residual") = py::none());
   m.def("cached_attention", &cached_attention, "attention of a few rows over the KV cache, rows independent");
-  m.def("decoder_layers", &decoder_layers, "the decoder layers' loop of models/llama.py, on bf16_linear");
+  m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of fp32 rows, each alone");
+  m.def("silu_mul", &silu_mul, "silu(gate) * up of [rows, 2*I] fp32");
+  m.def("rope_and_write", &rope_and_write, "RoPE on q and k, keys and values written into the layer's cache");
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of models/llama.py on speculab's kernels");
 }

@@ -245,7 +245,9 @@ def generate_sequences(
                     # an answer the target ends (an emitted stop token is not kept) has one feature row too many
                     length = len(prompt["prompt_ids"]) + len(request.output_ids) - 1
                     tensors[prompt["id"]] = recorder.take(request.id)[:length].contiguous()
-                    records.append({**prompt, "response_ids": request.output_ids, "temperature": params.temperature, "features_file": shard})
+                    records.append(
+                        {**prompt, "response_ids": request.output_ids, "temperature": params.temperature, "features_file": shard}
+                    )
                 done += _store_shard(out_dir / shard, tensors, index, records)
                 bar.update(len(finished))
                 finished = []

@@ -30,7 +30,7 @@ def test_the_script_times_greedy_decoding_and_makes_a_bf16_copy(llama_env, tmp_p
     assert len(q4["tokens"]) == 4 and len(q4["runs"]) == 2 and q4["n_prompt"] == 40 and q4["n_threads"] == 2
     assert q4["llama_cpp_version"] == "0.3.36"
     bf16 = tmp_path / "model.BF16.gguf"
-    copy = run_llamacpp(bf16, prompt, max_new_tokens=4, repeats=1, n_threads=2, bf16_from=ensure_gguf(), python=llama_env)
+    copy = run_llamacpp(bf16, prompt, max_new_tokens=4, repeats=1, n_threads=2, convert_from=ensure_gguf(), python=llama_env)
     assert bf16.stat().st_size > 2 * ensure_gguf().stat().st_size  # 16-bit weights against ~5-bit ones
     assert copy["gguf"] == str(bf16)
 
