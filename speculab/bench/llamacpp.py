@@ -110,6 +110,25 @@ def ensure_gguf_copy(src_gguf: Path, dst_gguf: Path, ftype: str = "bf16") -> Pat
     return dst_gguf
 
 
+def _timed_runs(one_run, repeats: int) -> dict:
+    """One warm-up (page in weights, spin up the thread pool), then ``repeats`` timed runs of ``one_run``,
+    which returns (prefill seconds, decode tok/s, generated tokens)."""
+    one_run()
+    prefill, runs, first_tokens = [], [], None
+    for _ in range(repeats):
+        p, tok_s, tokens = one_run()
+        prefill.append(p)
+        runs.append(tok_s)
+        first_tokens = first_tokens if first_tokens is not None else tokens
+    return {
+        "tok_s": statistics.median(runs),
+        "prefill_s": statistics.median(prefill),
+        "runs": runs,
+        "prefill_runs": prefill,
+        "tokens": first_tokens,
+    }
+
+
 def measure_llamacpp(
     gguf_path: Path,
     prompt_ids: list[int],
@@ -183,23 +202,11 @@ def measure_llamacpp(
             t2 = time.perf_counter()
             return t1 - t0, (max_new_tokens - 1) / (t2 - t1), tokens
 
-        one_run()  # warm-up: page in weights, spin up the thread pool
-        prefill, runs, first_tokens = [], [], None
-        for _ in range(repeats):
-            p, tok_s, tokens = one_run()
-            prefill.append(p)
-            runs.append(tok_s)
-            if first_tokens is None:
-                first_tokens = tokens
+        timed = _timed_runs(one_run, repeats)
     finally:
         llm.close()
 
-    return {
-        "tok_s": statistics.median(runs),
-        "prefill_s": statistics.median(prefill),
-        "runs": runs,
-        "prefill_runs": prefill,
-        "tokens": first_tokens,
+    return timed | {
         "gguf": str(gguf_path),
         "n_threads": n_threads,
         "n_prompt": len(prompt_ids),
@@ -274,23 +281,12 @@ def measure_llamacpp_batched(gguf_path: Path, prompts: list[list[int]], max_new_
             t2 = time.perf_counter()
             return t1 - t0, n * (max_new_tokens - 1) / (t2 - t1), tokens[0]
 
-        one_run()
-        prefill, runs, first_tokens = [], [], None
-        for _ in range(repeats):
-            p, tok_s, tokens = one_run()
-            prefill.append(p)
-            runs.append(tok_s)
-            first_tokens = first_tokens or tokens
+        timed = _timed_runs(one_run, repeats)
     finally:
         llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
-    return {
-        "tok_s": statistics.median(runs),
-        "prefill_s": statistics.median(prefill),
-        "runs": runs,
-        "prefill_runs": prefill,
-        "tokens": first_tokens,
+    return timed | {
         "gguf": str(gguf_path),
         "n_threads": n_threads,
         "batch_size": n,

@@ -2,9 +2,9 @@
 
 Knows: that decoding is bound by reading the weights, so an fp32 model whose weights are all bf16 numbers
 (any bf16 checkpoint) is run by ``native/bf16_linear.cpp`` from bf16 storage, widened exactly to fp32:
-half the traffic, the same fp32 product (2-3x faster than oneDNN's fp32 for 1-4 rows, on par at 16 and
-about 2x slower at 64+ rows on AVX2, ``benchmarks/linear_kernels.py``), and every row's result independent
-of the other rows in the call. Otherwise: that oneDNN's prepacked matmul (``mkldnn._reorder_linear_weight`` with
+half the traffic, the same fp32 product (on AVX2: 1.9-3.2x oneDNN's fp32 speed for 1-4 rows, 1.1-1.4x
+at 16, 0.9-1.3x at 64-256, ``benchmarks/linear_kernels.py``), and every row's result independent of the
+other rows in the call. Otherwise: that oneDNN's prepacked matmul (``mkldnn._reorder_linear_weight`` with
 ``mkldnn._linear_pointwise``) beats the default BLAS call for the small-M
 matmuls of decoding, and that it is only available for some dtype/CPU pairs
 (bf16 needs AVX512-BF16/AMX or AVX-NE-CONVERT). The batch hint picks the packed

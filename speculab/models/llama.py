@@ -11,7 +11,10 @@ out beyond the per-layer view (``kv_cache.py``), or which tokens to run
 (``engine.py``).
 
 Weights are fused at load time (q|k|v and gate|up), so a layer is four
-matmuls; on the CPU they can be prepacked for oneDNN (``linear.py``).
+matmuls; on the CPU they can be prepacked for oneDNN or run by speculab's
+bf16-weight kernel (``linear.py``). When every block runs on that kernel, the
+layers' loop itself runs in C++ (``native_layers.py``, ``native/layers.cpp``):
+``Block.forward`` below stays the reference and the fallback.
 """
 
 from __future__ import annotations

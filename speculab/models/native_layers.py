@@ -50,6 +50,9 @@ class NativeLayers:
         ]
         if not linears or not all(isinstance(m, NativeLinear) for m in linears):
             return None
+        c = model.config
+        if c.head_dim % 16 or c.head_dim > 128 or c.hidden_size % 8:  # what rope_and_write and cached_attention take
+            return None
         return cls(model, linears[0].kernels)
 
     def __call__(self, x: Tensor, batch, cache, cos: Tensor, sin: Tensor, mask: Tensor, capture_layers: tuple[int, ...]):

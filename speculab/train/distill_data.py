@@ -208,14 +208,21 @@ def answer_params(prompts: list[dict], spec: DataSpec) -> list[SamplingParams]:
 
 
 def generate_sequences(
-    loaded, spec: DataSpec, out_dir: Path, batch_size: int = 16, feature_layers: tuple[int, ...] = (), shard_size: int = 16
+    loaded,
+    spec: DataSpec,
+    out_dir: Path,
+    batch_size: int = 16,
+    feature_layers: tuple[int, ...] = (),
+    shard_size: int = 16,
+    prompts: list[dict] | None = None,
 ) -> list[dict]:
     """Answer the training prompts with the target, recording its features; resumes from ``out_dir``.
 
     Continuous batching: every prompt is queued at once and the engine admits the next one into a slot as
     soon as an answer ends, so ``batch_size`` slots stay busy until the queue runs dry (answers differ in
     length; a fixed group would wait for its longest). Answers are stored in shards of ``shard_size`` as they
-    finish; a killed run loses at most the answers in flight.
+    finish; a killed run loses at most the answers in flight. ``prompts``: ``draw_prompts(tokenizer, spec)``
+    when the caller has drawn them already.
     """
     from speculab.engine import Engine
 
@@ -224,7 +231,7 @@ def generate_sequences(
     done = _stored_records(out_dir, index)
     if len(done) >= spec.num_prompts:
         return sorted(done, key=lambda r: r["id"])[: spec.num_prompts]
-    prompts = draw_prompts(loaded.tokenizer, spec)
+    prompts = prompts if prompts is not None else draw_prompts(loaded.tokenizer, spec)
     answered = {r["id"] for r in done}
     todo = [(p, params) for p, params in zip(prompts, answer_params(prompts, spec)) if p["id"] not in answered]
     if not todo:

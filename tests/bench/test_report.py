@@ -96,6 +96,7 @@ def cell(label, batch, tok_s, run_id="r1", **extra):
         "acceptance_by_domain": by_domain,
         "tau_by_domain": {d: tau for d in by_domain},
         "accepted_per_position": [5, 3, 1],
+        "reached_per_position": [8, 5, 3],
         "steps": 100,
         "peak_rss_bytes": 2**30,
         "greedy_identical": None if label == "baseline" else True,
@@ -160,6 +161,12 @@ def test_markdown_numbers_come_from_the_results(results_path, tmp_path):
     assert "135,377" in md  # baseline KV capacity tokens from run.memory (the docs/memory.md example)
     assert "+36% over draft(4)" in md  # recommendation: 44.6 / 32.8 at batch 1
     assert "Source:" in md
+
+
+def test_acceptance_by_depth_is_conditional_on_the_depth_before(results_path, tmp_path):
+    md = Path(build_report(results_path, tmp_path / "r")["report_md"]).read_text()
+    assert "Acceptance by depth, given the depth before was accepted" in md
+    assert "| eagle(5,8,32) | 1 | 0.62 (5/8) | 0.60 (3/5) | 0.33 (1/3) |" in md
 
 
 def test_break_even_in_report(results_path, tmp_path):

@@ -89,3 +89,11 @@ def test_the_python_loop_runs_without_the_kernels(monkeypatch):
     finally:
         monkeypatch.undo()
         native.kernels.cache_clear()
+
+
+def test_a_head_size_the_kernels_do_not_take_keeps_the_python_loop_on_native_linears():
+    from speculab.models.linear import NativeLinear
+
+    ours = speculab_from_hf(tiny_hf_model("llama", seed=2, bf16_weights=True, num_attention_heads=8, num_key_value_heads=2))
+    assert ours.config.head_dim == 8 and ours.native_layers is None
+    assert isinstance(ours.layers[0].self_attn.qkv_proj, NativeLinear), "native kernels not built: run `make setup`"
