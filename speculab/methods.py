@@ -6,7 +6,7 @@ The one place where a method's settings live: ``speculab generate``, ``speculab 
 command runs.
 
 Knows: each method's parameters and defaults (the shipped drafters of the
-embedded model are the default ``draft`` and ``eagle`` checkpoints), how to
+embedded model are the default ``draft``, ``eagle`` and ``eagle3`` checkpoints), how to
 parse a spec from the command line, how to load its drafter and build its
 proposer through the proposer registry, and which drafter kind its memory
 estimate needs. Adding a method is one entry in ``METHODS``; nothing branches
@@ -25,6 +25,7 @@ from typing import Any
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
 DEFAULT_EAGLE = ASSETS / "smollm2-135m-eagle"
+DEFAULT_EAGLE3 = ASSETS / "smollm2-135m-eagle3"
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,10 @@ METHODS: dict[str, Method] = {
         "eagle",
         "eagle",
     ),
+    # eagle's tree and budget: the best of five batch-1 trees for the shipped EAGLE-3 head on held-out prompts
+    # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
     "eagle3": Method(
-        {"num_steps": 5, "topk": 8, "num_draft_tokens": 16, "batch_budget": None, LIMIT: None, "eagle": None},
+        {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, LIMIT: None, "eagle": str(DEFAULT_EAGLE3)},
         _eagle_options("eagle3"),
         "eagle",
         "eagle3",

@@ -56,6 +56,18 @@ def tiny_hf_model(kind: str = "llama", seed: int = 0, bf16_weights: bool = False
     return model
 
 
+def bigram_hf_model(seed: int = 1, **overrides):
+    """A tiny model whose next token depends on the current token only (attention and MLP write nothing):
+    its greedy continuation applies one fixed map again and again, so it soon cycles, and a drafter can be
+    right about it by construction (n-gram lookup once a cycle repeats, a trained head by learning the map)."""
+    hf = tiny_hf_model("llama", seed, **overrides)
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return hf
+
+
 def speculab_from_hf(hf_model, prepack: bool = True) -> Transformer:
     config = ModelConfig.from_hf_dict(hf_model.config.to_dict())
     state = {k: v.detach().clone() for k, v in hf_model.state_dict().items()}

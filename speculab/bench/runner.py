@@ -17,13 +17,14 @@ import json
 import statistics
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from speculab.bench.budget import calibrate, prompts_per_batch
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
@@ -34,9 +35,9 @@ from speculab.models.linear import linear_kind
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
 
-PROFILES = {
-    "quick": dict(num_prompts=16, max_tokens=16, repeats=1, prompt_cache=True),
-    "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False),
+PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
+    "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
+    "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
 }
 
 
@@ -51,6 +52,7 @@ class BenchConfig:
     seed: int = 0
     workload: str | None = None
     profile: str = "quick"
+    time_budget_s: float | None = None  # in-process cells sized to it (budget.py); None: every prompt in every cell
     dtype: str | None = None
     model: str | None = None
     prompt_cache: bool = True
@@ -186,6 +188,10 @@ class Target:
     cache: PromptCache | None
     baseline_outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # batch size -> outputs
 
+    def first(self, n: int) -> Target:
+        """The first n prompts (the workload interleaves its domains, so they stay mixed); outputs shared."""
+        return replace(self, prompts=self.prompts[:n], items=self.items[:n])
+
 
 def run_once(target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None) -> tuple[list[Request], float]:
     lm = target.loaded
@@ -287,6 +293,25 @@ def _run_record(cfg: BenchConfig, run_id: str, loaded, resumed: bool, endpoints:
     }
 
 
+def _sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -> dict:
+    """The run record's ``prompts_per_batch`` (and the calibration it came from): every prompt, or as many as
+    ``cfg.time_budget_s`` allows on this machine. Sized once: a resumed run keeps its first sizing."""
+    if target is None:
+        return {}
+    if previous_run and previous_run.get("prompts_per_batch"):
+        return {k: previous_run[k] for k in ("prompts_per_batch", "calibration_tok_s") if k in previous_run} | {
+            "prompts_per_batch": {int(b): n for b, n in previous_run["prompts_per_batch"].items()}
+        }
+    if not cfg.time_budget_s:
+        return {"prompts_per_batch": {b: len(target.prompts) for b in cfg.batch_sizes}}
+    lm = target.loaded
+    rates = calibrate(lm.model, target.prompts, cfg.batch_sizes, lm.tokenizer.stop_ids, target.cache)
+    sized = prompts_per_batch(
+        rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_budget_s, len(target.prompts)
+    )
+    return {"prompts_per_batch": sized, "calibration_tok_s": rates}
+
+
 def _previous_references(previous: list[dict], run_id: str, target: Target | None, texts: dict) -> None:
     """A resumed run still checks greedy identity against the baselines it measured."""
     for r in previous:
@@ -317,7 +342,6 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     loaded, items, prompts = (
         _prepare(cfg) if cfg.in_process else (None, interleave_domains(load_workload(cfg.workload), cfg.num_prompts), [])
     )
-    results.append(_run_record(cfg, run_id, loaded, bool(done), endpoints))
     target = Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None) if loaded is not None else None
     texts: dict[tuple, list[str]] = {}  # (engine, batch size) -> its baseline endpoint's outputs
     _previous_references(previous, run_id, target, texts)
@@ -330,13 +354,17 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     options_of = {s.label: proposer_options(s, loaded) for s in specs}
     if target is not None:
         _warm_up(target, specs, options_of, progress)
-    cells = len(todo) + sum((engine_label(e, s), b) not in done for e in launched for s in cfg.methods for b in cfg.batch_sizes)
-    planned = cells * len(items) * cfg.max_tokens * cfg.repeats
+    sizing = _sizing(cfg, target, runs[-1] if runs and resume else None)
+    results.append(_run_record(cfg, run_id, loaded, bool(done), endpoints) | sizing)
+    per_batch = sizing.get("prompts_per_batch", {})
+    cells = [per_batch.get(b, len(items)) if isinstance(s, MethodSpec) else len(items) for s, b in todo]
+    cells += [len(items) for e in launched for s in cfg.methods for b in cfg.batch_sizes if (engine_label(e, s), b) not in done]
+    planned = sum(cells) * cfg.max_tokens * cfg.repeats
     with tqdm(total=planned, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
         for what, batch_size in todo:
             bar.set_postfix_str(f"{_label(what)} b{batch_size}")
             if isinstance(what, MethodSpec):
-                cell = measure_cell(target, what, options_of[what.label], batch_size, cfg, bar) | {
+                cell = measure_cell(target.first(per_batch[batch_size]), what, options_of[what.label], batch_size, cfg, bar) | {
                     "transport": "in-process",
                     "engine": "speculab",
                 }

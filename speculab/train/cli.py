@@ -76,6 +76,13 @@ def _init_flag(p: argparse.ArgumentParser) -> None:
 def _eagle3_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
     p.add_argument("--ttt-steps", type=int, default=7, help="training-time test: steps the head is unrolled")
+    p.add_argument(
+        "--train-on",
+        choices=("all", "answers"),
+        default="all",
+        help="positions the loss counts: every one (as the shipped head), or only those a head drafts from "
+        "(the target's answers): the unrolled steps then run on them alone, about half the time a step",
+    )
 
 
 def _draft_flags(p: argparse.ArgumentParser) -> None:

@@ -127,7 +127,7 @@ def read_sequences(path: Path) -> list[dict]:
     return read_records(path)  # a line cut by a kill is dropped and regenerated on resume
 
 
-def batches_by_tokens(sequences: list[tuple[list[int], torch.Tensor]], batch_tokens: int, seed: int) -> Iterator[list]:
+def batches_by_tokens(sequences: list[tuple], batch_tokens: int, seed: int) -> Iterator[list]:
     """Endless epochs; each shuffles, then groups sequences of similar length under a padded-token budget."""
     epoch = 0
     while True:

@@ -80,13 +80,13 @@ def new_draft(target_raw: dict, target_embedding: Tensor, hidden_size: int, laye
     return model
 
 
-def make_batch(items: list[tuple[list[int], Tensor]]) -> DraftBatch:
-    q = max(len(ids) - 1 for ids, _ in items)
+def make_batch(items: list[tuple]) -> DraftBatch:
+    q = max(len(ids) - 1 for ids, *_ in items)
     hidden = items[0][1].shape[-1]
     tokens = torch.zeros(len(items), q, dtype=torch.long)
     features = torch.zeros(len(items), q, hidden)
     valid = torch.zeros(len(items), q, dtype=torch.bool)
-    for i, (ids, feats) in enumerate(items):
+    for i, (ids, feats, *_) in enumerate(items):
         n = len(ids) - 1
         tokens[i, :n] = torch.tensor(ids[:n])
         features[i, :n] = feats[:n]

@@ -55,15 +55,15 @@ def new_head(target: Transformer, seed: int = 0, init_std: float = 0.02) -> Eagl
     return head.float()
 
 
-def make_batch(items: list[tuple[list[int], Tensor]]) -> HeadBatch:
-    """items: (token ids [n], features [n-1, hidden]) per sequence."""
-    q = max(len(ids) - 2 for ids, _ in items)
+def make_batch(items: list[tuple]) -> HeadBatch:
+    """items: (token ids [n], features [n-1, hidden][, answer start, unused here]) per sequence."""
+    q = max(len(ids) - 2 for ids, *_ in items)
     hidden = items[0][1].shape[-1]
     tokens = torch.zeros(len(items), q, dtype=torch.long)
     features = torch.zeros(len(items), q, hidden)
     targets = torch.zeros(len(items), q, hidden)
     valid = torch.zeros(len(items), q, dtype=torch.bool)
-    for i, (ids, feats) in enumerate(items):
+    for i, (ids, feats, *_) in enumerate(items):
         n = len(ids) - 2
         tokens[i, :n] = torch.tensor(ids[1 : n + 1])
         features[i, :n] = feats[:n]

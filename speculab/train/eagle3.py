@@ -55,9 +55,11 @@ STEP_DECAY = 0.8  # loss weight of step k: 0.8 ** k
 class Eagle3Batch:
     tokens: Tensor  # [batch, n] the sequences, padded
     features: Tensor  # [batch, n, 3 * hidden] the three target layers' inputs at each position
-    target_logp: Tensor  # [batch, n, draft_vocab] the target's next-token log-probabilities over the draft vocabulary
-    in_draft_vocab: Tensor  # [batch, n] bool: the target's top-1 next token is in the draft vocabulary
+    target_logp: Tensor  # [batch, n - start, draft_vocab] the target's next-token log-probabilities over the draft vocabulary, from position start on
+    in_draft_vocab: Tensor  # [batch, n - start] bool: the target's top-1 next token is in the draft vocabulary, from position start on
     lengths: Tensor  # [batch] real tokens per row
+    first_query: Tensor  # [batch] the first position whose drafts the loss counts: the last prompt position (0: every one)
+    start: int  # min(first_query): positions before it only serve as keys (step 0), never as queries of later steps
 
 
 def draft_vocabulary(ranking: Tensor, size: int, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -93,50 +95,61 @@ def new_eagle3_head(target: Transformer, target_ids: Tensor, seed: int = 0, init
 
 
 @torch.no_grad()
-def make_batch(target: Transformer, target_ids: Tensor, items: list[tuple[list[int], Tensor]]) -> Eagle3Batch:
-    """items: (token ids [n], unused EAGLE-1 features) per sequence; the target is run on the sequences."""
-    lengths = torch.tensor([len(ids) for ids, _ in items])
+def make_batch(target: Transformer, target_ids: Tensor, items: list[tuple]) -> Eagle3Batch:
+    """items: (token ids [n], unused EAGLE-1 features[, answer start]) per sequence; the target is run on them.
+
+    With an answer start (the prompt's length), the loss counts only the positions the head drafts from at
+    inference (the last prompt position on): a code window in the prompt is the target reading, not writing.
+    """
+    lengths = torch.tensor([len(item[0]) for item in items])
     bsz, n = len(items), int(lengths.max())
     tokens = torch.zeros(bsz, n, dtype=torch.long)
-    for i, (ids, _) in enumerate(items):
-        tokens[i, : len(ids)] = torch.tensor(ids)
+    for i, item in enumerate(items):
+        tokens[i, : len(item[0])] = torch.tensor(item[0])
+    first_query = torch.tensor([max(0, item[2] - 1) if len(item) > 2 else 0 for item in items])
+    first_query = torch.minimum(first_query, (lengths - 3).clamp(min=0))
+    start = int(first_query.min())
     layers = eagle3_feature_layers(target.config.num_layers)
     cache = target.new_cache(bsz, n)
-    out = target(tokens, causal_batch(torch.arange(bsz), torch.zeros(bsz, dtype=torch.long), n), cache, capture_layers=layers)
+    at = torch.arange(start, n).expand(bsz, n - start)  # the target's logits only where the loss reads them
+    out = target(tokens, causal_batch(torch.arange(bsz), torch.zeros(bsz, dtype=torch.long), n), cache, logits_at=at, capture_layers=layers)
     features = torch.cat([out.captured[i] for i in layers], dim=-1).float()
     logits = out.logits.float()
     in_draft = torch.zeros(target.config.vocab_size, dtype=torch.bool)
     in_draft[target_ids] = True
-    return Eagle3Batch(tokens, features, logits[..., target_ids].log_softmax(-1), in_draft[logits.argmax(-1)], lengths)
+    logp = logits[..., target_ids].log_softmax(-1)
+    return Eagle3Batch(tokens, features, logp, in_draft[logits.argmax(-1)], lengths, first_query, start)
 
 
 def unrolled_hidden(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int) -> Iterator[Tensor]:
-    """The head's pre-norm outputs [batch, q, H] at each unrolled step (q = n - 2 positions).
+    """The head's pre-norm outputs [batch, m, H] at each unrolled step, at positions t = start..q-1
+    (q = n - 2, m = q - start).
 
     Step k at position t feeds token x_{t+1+k} with step k-1's output at t (the target's features at
     step 0), sits at RoPE position t + k, and sees step 0's entries 0..t and its own entries at t of
-    steps 1..k: exactly what a draft chain grown from position t sees at inference.
+    steps 1..k: exactly what a draft chain grown from position t sees at inference. Step 0 runs at every
+    position (later steps read them all as keys); the later steps only from ``batch.start`` on.
     """
     bsz, n = batch.tokens.shape
-    q = n - 2
-    t = torch.arange(q)
-    cache = KVCache(1, bsz, head.config.num_kv_heads, head.config.head_dim, steps * q, torch.float32, batch.features.device)
-    mask = torch.zeros(q, steps * q, dtype=torch.bool)
-    mask[:, :q] = t[None, :] <= t[:, None]  # step 0: position t sees the target-fed entries 0..t
-    hidden: Tensor = batch.features[:, :q]
-    for k in range(steps):
-        if k > 0:
-            mask[t, k * q + t] = True  # and, from step k on, its own draft at step k
+    q, start = n - 2, batch.start
+    m = q - start
+    rows = torch.arange(bsz)
+    every, t = torch.arange(q), torch.arange(start, q)
+    width = q + (steps - 1) * m  # cache: step 0's q entries, then m entries per later step
+    cache = KVCache(1, bsz, head.config.num_kv_heads, head.config.head_dim, width, torch.float32, batch.features.device)
+    mask = torch.zeros(q, width, dtype=torch.bool)
+    mask[:, :q] = every[None, :] <= every[:, None]  # step 0: position t sees the target-fed entries 0..t
+    # rows as a tensor, not a slice: reading the cache then copies, so the next step's in-place
+    # writes leave what autograd saved for this step untouched (and the mask is cloned for the same reason)
+    fwd = ForwardBatch(rows, every.expand(bsz, q), every.expand(bsz, q), mask.clone()[None, None].expand(bsz, 1, q, width), None)
+    hidden = head.hidden(target, batch.tokens[:, every + 1], batch.features[:, :q], fwd, cache)[:, start:]
+    yield hidden
+    mask = mask[start:]  # the later steps' queries: positions start..q-1
+    for k in range(1, steps):
+        slots = q + (k - 1) * m + torch.arange(m)
+        mask[torch.arange(m), slots] = True  # and, from step k on, its own draft at step k
         tokens = batch.tokens[:, (t + 1 + k).clamp(max=n - 1)]  # past the sequence: padding, masked in the loss
-        # rows as a tensor, not a slice: reading the cache then copies, so the next step's in-place
-        # writes leave what autograd saved for this step untouched (and the mask is cloned for the same reason)
-        fwd = ForwardBatch(
-            torch.arange(bsz),
-            (t + k).expand(bsz, q),
-            (k * q + t).expand(bsz, q),
-            mask.clone()[None, None].expand(bsz, 1, q, steps * q),
-            None,
-        )
+        fwd = ForwardBatch(rows, (t + k).expand(bsz, m), slots.expand(bsz, m), mask.clone()[None, None].expand(bsz, 1, m, width), None)
         hidden = head.hidden(target, tokens, hidden, fwd, cache)
         yield hidden
 
@@ -147,17 +160,19 @@ def ttt_loss(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: i
     q = n - 2  # step-0 positions t = 0..n-3 feed x_{t+1} and predict x_{t+2}
     if q < 1:
         raise ValueError("EAGLE-3 training needs sequences of at least 3 tokens")
-    steps = max(1, min(steps, q))
-    t = torch.arange(q)
+    steps = max(1, min(steps, q - batch.start))
+    t = torch.arange(batch.start, q)
+    drafts_here = t[None, :] >= batch.first_query[:, None]  # [batch, m] positions the head drafts from
     total = torch.zeros(())
     metrics: dict[str, Tensor] = {}
     for k, hidden in enumerate(unrolled_hidden(head, target, batch, steps)):
-        logp = head.logits(target, hidden).float().log_softmax(-1)  # [bsz, q, draft_vocab]
+        logp = head.logits(target, hidden).float().log_softmax(-1)  # [bsz, m, draft_vocab]
         predicted = t + 1 + k  # the target position whose next-token distribution step k learns
-        valid = (predicted[None, :] < batch.lengths[:, None] - 1) & batch.in_draft_vocab[:, predicted.clamp(max=n - 1)]
+        column = (predicted - batch.start).clamp(max=n - 1 - batch.start)
+        valid = drafts_here & (predicted[None, :] < batch.lengths[:, None] - 1) & batch.in_draft_vocab[:, column]
         if not valid.any():
             break
-        target_logp = batch.target_logp[:, predicted.clamp(max=n - 1)]
+        target_logp = batch.target_logp[:, column]
         # KL(target ‖ head): the reference's soft cross-entropy less the target's entropy (same gradient, floor 0)
         loss = (target_logp.exp() * (target_logp - logp)).sum(-1)[valid].mean()
         total = total + STEP_DECAY**k * loss

@@ -58,7 +58,8 @@ def _data(args, loaded, features: bool = False):
         items = []
         for data_dir, records in parts:  # ids repeat across seeds: features are looked up per folder
             features = load_features(data_dir, records)
-            items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]]) for s in records]
+            # (token ids, features, where the answer starts): EAGLE-3 trains only where a head drafts
+            items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]], len(s["prompt_ids"])) for s in records]
     return sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
 
 

@@ -117,7 +117,8 @@ class Eagle3Recipe:
         return Recipe(
             head,
             step_fn,
-            lambda group: make_batch(target, target_ids, group),
+            # without the answer's start (the third item) every position counts
+            lambda group: make_batch(target, target_ids, group if args.train_on == "answers" else [g[:2] for g in group]),
             lambda m, out: save_eagle3_head(m, raw, out),
             load_for_eval,
             ("loss", "top1", "top1_step1", "top1_step2"),
@@ -130,7 +131,8 @@ class Eagle3Recipe:
             f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
             f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
             "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
-            f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k.",
+            f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k, "
+            + ("at every position." if args.train_on == "all" else "at the positions of the target's answers only."),
             "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
         ]
 

@@ -169,3 +169,15 @@ def test_method_specs_parse_with_defaults_and_labels():
     }
     with pytest.raises(ValueError, match="takes"):
         parse_method("baseline:k=1")
+
+
+def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(runner.PROFILES, "quick", {**runner.PROFILES["quick"], "time_budget_s": 1e-3})
+    args = [a for a in bench_args(setup, tmp_path / "run") if a not in ("--num-prompts", "6")]
+    assert main(args) == 0
+    run = next(json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if '"run"' in line)
+    assert run["prompts_per_batch"] == {"1": 1, "2": 2}  # a tiny budget: one batch per batch size
+    assert set(run["calibration_tok_s"]) == {"1", "2"}
+    for c in cells(tmp_path / "run"):
+        assert c["num_prompts"] == c["batch_size"]
+        assert c["greedy_identical"] is True

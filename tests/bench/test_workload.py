@@ -9,7 +9,7 @@ import pytest
 from speculab.bench.workload import SHIPPED, WorkloadError, interleave_domains, load_workload
 from speculab.corpora.prompts import TEMPLATES
 from speculab.corpora.sources import SOURCES, is_benchmark_file
-from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_EAGLE3
 
 RECORDS = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
 
@@ -49,7 +49,7 @@ def test_workload_files_are_in_the_benchmark_share():
         assert r["source"].startswith("speculab:") or is_benchmark_file(r["source"]), r["source"]
 
 
-@pytest.mark.parametrize("asset", [DEFAULT_EAGLE, DEFAULT_DRAFT], ids=["eagle", "draft"])
+@pytest.mark.parametrize("asset", [DEFAULT_EAGLE, DEFAULT_EAGLE3, DEFAULT_DRAFT], ids=["eagle", "eagle3", "draft"])
 def test_shipped_drafters_never_trained_on_a_workload_file(asset):
     files = json.loads((Path(asset) / "training_files.json").read_text())
     assert files, "the shipped drafter records the files it was trained on"

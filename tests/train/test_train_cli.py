@@ -55,7 +55,7 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     extra = {
         "draft": ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"],
         "eagle": ["--ranking-source-chars", "0"],
-        "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3"],
+        "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3", "--train-on", "answers"],
     }[kind]
     args = [
         "train",

@@ -44,7 +44,10 @@ def tok_x(results: Results, label: str, batch: int) -> str:
     if tok is None:
         return DASH
     speedup = results.speedup(label, batch)
-    return num(tok) if results.is_baseline(label) or speedup is None else f"{num(tok)} ({times(speedup)})"
+    if results.is_baseline(label) or speedup is None:
+        return num(tok)
+    spread = results.speedup_range(label, batch)
+    return f"{num(tok)} ({times(speedup)})" if spread is None else f"{num(tok)} ({times(speedup)} [{spread[0]:.2f}–{spread[1]:.2f}])"
 
 
 def nearest(batches: list[int], wanted: int) -> int | None:

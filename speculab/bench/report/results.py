@@ -86,6 +86,13 @@ class Results:
         mine, ref = self.tok_s(label, batch), self.tok_s(base, batch) if base else None
         return mine / ref if mine is not None and ref else None
 
+    def speedup_range(self, label: str, batch: int) -> tuple[float, float] | None:
+        """The slowest and the fastest repeat of the label's cell over its baseline's median (None: one repeat)."""
+        base = self.baseline_of(label)
+        repeats = (self.cells.get((label, batch)) or {}).get("tok_s_repeats") or []
+        ref = self.tok_s(base, batch) if base else None
+        return (min(repeats) / ref, max(repeats) / ref) if len(repeats) > 1 and ref else None
+
     def memory(self, label: str) -> dict[str, Any] | None:
         stored = (self.run or {}).get("memory") or {}
         return stored.get(label) or stored.get(self.method(label))

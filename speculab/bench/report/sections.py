@@ -98,7 +98,8 @@ def _decision_blocks(results: Results) -> list[Block]:
         ]
         rows.append(row)
     source = (
-        "`cell.tok_s`; speedup = tok_s / its engine's baseline tok_s at the same batch size; `cell.acceptance_rate` and "
+        "`cell.tok_s`; speedup = tok_s / its engine's baseline tok_s at the same batch size, in brackets the slowest and "
+        "fastest of `cell.tok_s_repeats` over that baseline; `cell.acceptance_rate` and "
         "`cell.tau` of each label's smallest measured batch size; memory: `run.memory[method].drafter_weights_bytes`"
         " and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 and where the label has the highest tok/s"
     )
@@ -214,7 +215,9 @@ def _speed_blocks(results: Results) -> list[Block]:
         Table(
             ["batch", *labels],
             rows,
-            "`cell.tok_s` (output tok/s, median over repeats); in brackets tok_s / baseline tok_s at that batch size",
+            "`cell.tok_s` (output tok/s, median over repeats); in parentheses tok_s / baseline tok_s at that batch size, "
+            "then the slowest and fastest repeat (`cell.tok_s_repeats`) over the same baseline; each batch size's "
+            "prompts: the detail table (`run.prompts_per_batch`, sized to the run's time budget)",
         ),
         Image(PLOT_FILES["tok_s"], "Output tok/s vs batch size"),
         Image(PLOT_FILES["speedup"], "Speedup vs batch size"),

@@ -1,0 +1,71 @@
+"""Sizing a benchmark run to a time budget: how many prompts each batch size's cells get.
+
+Knows: a short calibration (plain decoding of a few tokens at the smallest and the largest batch size,
+on the machine at hand), the tok/s in between (geometric in log2 of the batch size: measured rates
+grow about that way), and the sizing rule: every batch size gets an equal share of the budget across the
+methods measured at it, and as many prompts as fit that share, a whole number of batches, at least
+one batch and at most the workload's prompts.
+
+Does not know: what a cell measures (``runner.py``), or how the methods draft: a speculative method is
+taken to run at about plain decoding's rate, which is what sizing a budget needs, not what it reports.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from speculab.engine import Engine
+from speculab.sampling import SamplingParams
+
+CALIBRATION_TOKENS = 16
+
+
+def rate_at(rates: dict[int, float], batch: int) -> float:
+    """tok/s at ``batch`` from the rates measured at a few batch sizes: geometric in log2(batch) between
+    the nearest measured sizes, and the nearest one's rate outside them."""
+    sizes = sorted(rates)
+    if batch <= sizes[0]:
+        return rates[sizes[0]]
+    if batch >= sizes[-1]:
+        return rates[sizes[-1]]
+    low = max(b for b in sizes if b <= batch)
+    high = min(b for b in sizes if b >= batch)
+    if low == high:
+        return rates[low]
+    share = (math.log2(batch) - math.log2(low)) / (math.log2(high) - math.log2(low))
+    return rates[low] ** (1 - share) * rates[high] ** share
+
+
+def prompts_per_batch(
+    rates: dict[int, float],
+    batch_sizes: tuple[int, ...],
+    cells_per_batch: int,
+    max_tokens: int,
+    repeats: int,
+    budget_s: float,
+    num_prompts: int,
+) -> dict[int, int]:
+    """Batch size -> prompts its cells run: each batch size gets budget / len(batch_sizes) seconds for its
+    ``cells_per_batch`` cells (methods), each running prompts × max_tokens × repeats tokens."""
+    share = budget_s / len(batch_sizes) / max(1, cells_per_batch)
+    sized = {}
+    for b in batch_sizes:
+        fits = share * rate_at(rates, b) / (max_tokens * repeats)
+        whole_batches = max(1, int(fits // b))
+        sized[b] = min(num_prompts, whole_batches * b) if num_prompts >= b else num_prompts
+    return sized
+
+
+def calibrate(model, prompts: list[list[int]], batch_sizes: tuple[int, ...], stop_ids, cache=None) -> dict[int, float]:
+    """Plain decoding's tok/s at the smallest and the largest batch size (a few tokens each, prompts from the
+    workload, after the caller's warm-up), on the machine at hand."""
+    rates = {}
+    for b in sorted({min(batch_sizes), max(batch_sizes)}):
+        chosen = (prompts * b)[:b]
+        params = SamplingParams(max_tokens=CALIBRATION_TOKENS, ignore_eos=True)
+        engine = Engine(model, b, max(map(len, chosen)) + CALIBRATION_TOKENS + 2, stop_ids, None, cache)
+        started = time.perf_counter()
+        requests = engine.generate(chosen, params)
+        rates[b] = sum(len(r.output_ids) for r in requests) / (time.perf_counter() - started)
+    return rates
