@@ -28,7 +28,7 @@ import httpx
 from httpx_sse import aconnect_sse
 from tqdm import tqdm
 
-from speculab.bench.runner import percentile
+from speculab.bench.latency import percentile
 from speculab.bench.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
 from speculab.bench.workload import WorkloadItem
 

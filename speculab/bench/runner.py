@@ -14,7 +14,6 @@ Does not know: the report (``report.py``) or how proposers work.
 from __future__ import annotations
 
 import json
-import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.budget import calibrate, prompts_per_batch
+from speculab.bench.latency import request_timings
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
@@ -119,37 +119,6 @@ def peak_memory() -> int:
 
 
 # -- one cell ---------------------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between the closest ranks (numpy's default); None for no values."""
-    if not values:
-        return None
-    values = sorted(values)
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
-
-
-def _timings(requests: list[Request]) -> dict:
-    # TTFT counts from when a request entered a free slot, as `vllm bench serve --max-concurrency` counts it;
-    # the wait for that slot is its own figure (queue), not part of TTFT
-    ttft = [r.token_times[0] - r.admitted_time for r in requests if r.token_times and r.admitted_time is not None]
-    queue = [r.admitted_time - r.arrival_time for r in requests if r.admitted_time is not None]
-    tpot, itl, per_request = [], [], []
-    for r in requests:
-        times = r.token_times
-        if len(times) > 1:
-            span = times[-1] - times[0]
-            tpot.append(span / (len(times) - 1))
-            per_request.append((len(times) - 1) / span if span > 0 else float("nan"))
-            emissions = sorted(set(times))  # tokens accepted together arrive together: one chunk
-            itl += [b - a for a, b in zip(emissions, emissions[1:])]
-    out = {"tok_s_per_request": statistics.fmean(per_request) if per_request else None}
-    for name, values in (("ttft", ttft), ("queue", queue), ("tpot", tpot), ("itl", itl)):
-        out[f"{name}_p50_s"] = percentile(values, 0.5)
-        out[f"{name}_p99_s"] = percentile(values, 0.99)
-    return out
-
-
 def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
     total, by_domain = SpecStats(), {}
     for r, item in zip(requests, items):
@@ -237,7 +206,7 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         "wall_s": wall,
         "tok_s": tok_s,
         "tok_s_repeats": sorted(run[0] for run in runs),
-        **_timings(requests),
+        **request_timings(requests),
         **_stats(requests, target.items),
         "peak_rss_bytes": peak_memory(),
         "greedy_identical": (outputs == reference) if greedy else None,
