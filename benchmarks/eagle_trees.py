@@ -22,22 +22,17 @@ from speculab.models.linear import linear_kind
 from speculab.runtime import load
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
-from speculab.train.distill_data import DataSpec, draw_prompts
+from speculab.train.distill_data import held_out_prompts
 
 
-def held_out_prompts(loaded, specs, count: int) -> list[list[int]]:
-    """Training-share prompts from files no head in ``specs`` trained on, one domain after another."""
+def used_sources(specs) -> set[str]:
+    """Every source file a drafter in ``specs`` trained on (its ``training_files.json``)."""
     used = set()
     for spec in specs:
         folder = drafter_path(spec)
         if folder and (folder / "training_files.json").exists():
             used |= set(json.loads((folder / "training_files.json").read_text()))
-    fresh = [p for p in draw_prompts(loaded.tokenizer, DataSpec(num_prompts=4 * count, seed=2000)) if p["source"] not in used]
-    by_domain = {}
-    for p in fresh:
-        by_domain.setdefault(p["domain"], []).append(p)
-    picked = [d[i] for i in range(count) for d in by_domain.values() if len(d) > i]
-    return [p["prompt_ids"] for p in picked[:count]]
+    return used
 
 
 def timed(proposer, spent: list[float]):
@@ -82,7 +77,7 @@ def main() -> int:
     loaded = load(None)
     specs = [parse_method("baseline")] + [parse_method(s) for s in args.specs]
     options = {s.label: proposer_options(s, loaded) for s in specs}
-    prompts = held_out_prompts(loaded, specs, args.prompts)
+    prompts = held_out_prompts(loaded.tokenizer, used_sources(specs), args.prompts, seed=2000)
     run(loaded, new_proposer(specs[0], options[specs[0].label]), prompts[:1], 8)  # warm-up
     rates: dict[str, list[float]] = {s.label: [] for s in specs}
     drafting: dict[str, list[float]] = {s.label: [] for s in specs}  # seconds drafting per draft level

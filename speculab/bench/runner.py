@@ -268,9 +268,8 @@ def _sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) 
     if target is None:
         return {}
     if previous_run and previous_run.get("prompts_per_batch"):
-        return {k: previous_run[k] for k in ("prompts_per_batch", "calibration_tok_s") if k in previous_run} | {
-            "prompts_per_batch": {int(b): n for b, n in previous_run["prompts_per_batch"].items()}
-        }
+        kept = {int(b): n for b, n in previous_run["prompts_per_batch"].items()}  # JSON keys are strings
+        return {"prompts_per_batch": kept, "calibration_tok_s": previous_run.get("calibration_tok_s")}
     if not cfg.time_budget_s:
         return {"prompts_per_batch": {b: len(target.prompts) for b in cfg.batch_sizes}}
     lm = target.loaded

@@ -100,6 +100,17 @@ def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
     return prompts
 
 
+def held_out_prompts(tokenizer, used_sources: set[str], count: int, seed: int) -> list[list[int]]:
+    """``count`` training-share prompts (token ids) from files outside ``used_sources``, domains taken in turn:
+    prompts no drafter trained on, for its held-out checks."""
+    fresh = [p for p in draw_prompts(tokenizer, DataSpec(num_prompts=4 * count, seed=seed)) if p["source"] not in used_sources]
+    by_domain: dict[str, list[dict]] = {}
+    for p in fresh:
+        by_domain.setdefault(p["domain"], []).append(p)
+    picked = [by_domain[d][i] for i in range(count) for d in sorted(by_domain) if len(by_domain[d]) > i]
+    return [p["prompt_ids"] for p in picked[:count]]
+
+
 def draw_code_windows(tokenizer, spec: CodeSpec, skip_files: set[str] = frozenset()) -> list[dict]:
     """Windows of training-share files (one per file, none from ``skip_files``), as chat turns the target answers."""
     rng = random.Random(spec.seed + 7)

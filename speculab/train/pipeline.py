@@ -93,16 +93,9 @@ def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str],
 
 
 def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
-    from speculab.train.distill_data import DataSpec, draw_prompts
+    from speculab.train.distill_data import held_out_prompts
 
-    used = {s["source"] for s in sequences}
-    spec = DataSpec(num_prompts=args.eval_prompts * 4, seed=args.seed + 1000)
-    fresh = [p for p in draw_prompts(loaded.tokenizer, spec) if p["source"] not in used]
-    by_domain = {}
-    for p in fresh:
-        by_domain.setdefault(p["domain"], []).append(p)
-    picked = [p for i in range(args.eval_prompts) for d in sorted(by_domain) if len(by_domain[d]) > i for p in [by_domain[d][i]]]
-    return [p["prompt_ids"] for p in picked[: args.eval_prompts]]
+    return held_out_prompts(loaded.tokenizer, {s["source"] for s in sequences}, args.eval_prompts, args.seed + 1000)
 
 
 def _setup(args: argparse.Namespace):
