@@ -29,7 +29,7 @@ import torch
 
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
-from speculab.sampling import SamplingParams, sample_rows, target_probs
+from speculab.sampling import LogitMargin, SamplingParams, logit_margins, sample_rows, target_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.stats import SpecStats
 from speculab.speculative.tree import VerifyTree
@@ -52,6 +52,7 @@ class Request:
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
     stats: SpecStats = field(default_factory=SpecStats)
+    logit_margins: list[LogitMargin] = field(default_factory=list)  # per output token, when params.logit_margins
 
     @property
     def finished(self) -> bool:
@@ -192,7 +193,7 @@ class Engine:
         logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
         token = sample_rows(logits[None], [request.params], [request.generator])[0]
         self._admit(slot, request, features if self.proposer.needs_features else None, cached)
-        return self._emit(request, [token])
+        return self._emit(request, [token], logits[None])
 
     def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
         """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""
@@ -247,7 +248,8 @@ class Engine:
             if self.proposer.needs_features:
                 self.proposer.observe(r.slot, features[row, verdict.accepted])
             accepted = tree.tokens[verdict.accepted[1:]].tolist()
-            events.append(self._emit(r, accepted + [verdict.bonus]))
+            chosen_from = logits[row, verdict.accepted] if r.params.logit_margins else None  # row of node i: token i+1
+            events.append(self._emit(r, accepted + [verdict.bonus], chosen_from))
         return events
 
     def _features(self, out) -> torch.Tensor:
@@ -283,17 +285,25 @@ class Engine:
         batch = ForwardBatch(torch.arange(bsz, device=dev), input_pos.to(dev), cache_pos.to(dev), mask[:, None].to(dev), slice(0, bsz))
         return tokens.to(dev), batch
 
-    def _emit(self, request: Request, tokens: list[int]) -> TokenEvent:
+    def _emit(
+        self,
+        request: Request,
+        tokens: list[int],
+        chosen_from: torch.Tensor | None = None,  # [len(tokens), vocab] the logits each token was chosen from
+    ) -> TokenEvent:
         """Append tokens up to the first stop token or the token budget, and mark the request finished."""
         kept: list[int] = []
         now = time.perf_counter()
-        for token in tokens:
+        margins = logit_margins(chosen_from) if chosen_from is not None and request.params.logit_margins else None
+        for i, token in enumerate(tokens):
             if token in request.stop_ids:
                 request.finish_reason = "stop"
                 break
             kept.append(token)
             request.output_ids.append(token)
             request.token_times.append(now)
+            if margins is not None:
+                request.logit_margins.append(margins[i])
             if len(request.output_ids) >= request.params.max_tokens:
                 request.finish_reason = "length"
                 break

@@ -9,6 +9,7 @@ two cannot drift apart. Does not know: drafts or acceptance (``speculative/verif
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,6 +24,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
     ignore_eos: bool = False
+    logit_margins: bool = False  # record each output token's LogitMargin (Request.logit_margins): where greedy runs may part
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -44,6 +46,20 @@ class SamplingParams:
         g = torch.Generator()
         g.manual_seed(self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()).item()))
         return g
+
+
+class LogitMargin(NamedTuple):
+    """How decided the target was where a token was chosen: two greedy runs that round differently can
+    only choose differently where ``gap`` is within their rounding (``bench/divergence.py``)."""
+
+    top: float  # the top-1 logit
+    gap: float  # the top-1 logit minus the top-2 logit (>= 0)
+
+
+def logit_margins(logits: Tensor) -> list[LogitMargin]:
+    """logits: [n, vocab] -> one LogitMargin per row."""
+    top = logits.float().topk(2, dim=-1).values
+    return [LogitMargin(a, a - b) for a, b in top.tolist()]
 
 
 def target_probs(logits: Tensor, params: SamplingParams) -> Tensor:

@@ -10,6 +10,8 @@ import torch
 from speculab.models.config import ModelConfig
 from speculab.models.llama import Transformer
 from speculab.models.loading import build_model, to_speculab_state
+from speculab.speculative.proposer import Proposer
+from speculab.speculative.tree import Draft
 
 TINY_HF = dict(
     vocab_size=256,
@@ -250,3 +252,31 @@ def require_peer_env(env_dir: Path, make_target: str) -> None:
         if os.environ.get("SPECULAB_REQUIRE_PEERS"):
             pytest.fail(f"no environment at {env_dir}: `make test` makes it with `make {make_target}`")
         pytest.skip(f"no environment at {env_dir}: run `make {make_target}`")
+
+
+class Oracle(Proposer):
+    """Drafts the next ``k`` tokens of a known continuation; with ``decoys``, each depth also carries wrong siblings
+    (placed before the right node, so the verifier must find it)."""
+
+    name = "oracle"
+
+    def __init__(self, futures: dict[tuple, list[int]], k: int, decoys: int = 0):
+        self.futures, self.k, self.decoys = futures, k, decoys
+        self.max_draft_tokens = k * (1 + decoys)
+
+    def propose(self, state):
+        return [self._draft(r) for r in state.requests]
+
+    def _draft(self, request) -> Draft:
+        future = self.futures[tuple(request.prompt_ids)]
+        done = len(request.output_ids)
+        right = future[done : done + self.k]
+        tokens, parents, parent = [], [], -1
+        for token in right:
+            for d in range(self.decoys):
+                tokens.append((token + 1 + d) % 256)  # a wrong sibling under the same parent
+                parents.append(parent)
+            tokens.append(token)
+            parents.append(parent)
+            parent = len(tokens) - 1
+        return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))

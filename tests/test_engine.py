@@ -99,3 +99,18 @@ def test_bad_requests_are_rejected(model):
         engine.add_request([5, 999])
     with pytest.raises(ValueError, match="at least one token"):
         engine.add_request([])
+
+
+def test_logit_margins_are_the_top_two_gap_each_token_was_chosen_from(model):
+    from speculab.models.llama import causal_batch
+
+    prompt = prompts_of([6], seed=4)[0]
+    request = Engine(model, 1, 64).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True, logit_margins=True))[0]
+    assert len(request.logit_margins) == len(request.output_ids) == 10
+    ids = prompt + request.output_ids[:-1]
+    cache = model.new_cache(1, len(ids))
+    logits = model(torch.tensor([ids]), causal_batch(torch.tensor([0]), torch.tensor([0]), len(ids)), cache).logits[0, len(prompt) - 1 :]
+    top = logits.topk(2, dim=-1).values  # one full forward: row i gave output token i
+    assert [m.top for m in request.logit_margins] == pytest.approx(top[:, 0].tolist(), abs=1e-4)
+    assert [m.gap for m in request.logit_margins] == pytest.approx((top[:, 0] - top[:, 1]).tolist(), abs=1e-4)
+    assert Engine(model, 1, 64).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))[0].logit_margins == []

@@ -4,10 +4,13 @@ Greedy outputs of two engines (or of one engine at two batch sizes) may part whe
 two best tokens are within rounding of each other: a near-tie, not a bug. For each prompt whose
 output differs from the reference, this finds the first token where they differ (both texts
 tokenised by the target's tokenizer), runs the target on the chat prompt plus the shared tokens,
-and reports the log-probability gap between the two tokens chosen there. A gap below
-``NEAR_TIE`` nats is a near-tie.
+and reports the log-probability gap between the two tokens chosen there. In-process runs also
+record the top-1 minus top-2 logit each run's target saw where it chose (``LogitMargin``); then the
+divergence is a near-tie when both runs' margins there are within ``near_tie_bound``, the spread
+rounding in the run's dtype allows; otherwise when the recomputed gap is.
 
-Knows: the loaded target (speculab's own model code, the run's dtype) and its tokenizer.
+Knows: the loaded target (speculab's own model code, the run's dtype), its tokenizer, and how far rounding
+in a dtype can move a logit.
 Does not know: HTTP or how the outputs were produced.
 """
 
@@ -18,8 +21,26 @@ from dataclasses import asdict, dataclass
 import torch
 
 from speculab.models.llama import prefill
+from speculab.sampling import LogitMargin
 
-NEAR_TIE = 0.05  # nats between the two tokens' log-probabilities: rounding of fp32/bf16 kernels moves logits far less
+NEAR_TIE = 0.05  # nats: the bound's floor (fp32 runs; engines that differ in kernels, not in dtype)
+# Between two runs in one dtype, a logit moves by at most this many unit roundoffs of the top logit: the largest
+# measured, 8.0 (median 3.2), rounded up. bf16 on SmolLM2-135M, one-token against 49-token forwards, 147 positions,
+# AMD EPYC AVX2 (benchmarks/bf16_rounding.py; BENCHMARKS.md, "bf16: where greedy outputs part").
+ROUNDING_SPREAD = 9
+
+
+def near_tie_bound(dtype: torch.dtype, top_logit: float) -> float:
+    """The largest top-1 minus top-2 logit gap at which two greedy runs in ``dtype`` can choose differently
+    by rounding alone (nats; the same for log-probabilities).
+
+    Where run A chose token a and run B token b, A has z_a >= z_b and B has z_b >= z_a. Each logit moves by
+    at most ROUNDING_SPREAD * u * |top| between the runs (u = eps / 2, the unit roundoff: 2^-8 for bf16,
+    2^-24 for fp32), so z_a - z_b moves by at most twice that, and each run's own gap is below it:
+    18 u |top| in bf16 (2.1 at a top logit of 30), the 0.05 floor in fp32.
+    """
+    u = torch.finfo(dtype).eps / 2
+    return max(NEAR_TIE, 2 * ROUNDING_SPREAD * u * abs(top_logit))
 
 
 @dataclass(frozen=True)
@@ -27,13 +48,25 @@ class Divergence:
     prompt: int  # index in the cell's prompts
     token_index: int  # first output token that differs
     tokens: tuple[int, int]  # (reference's token, this output's token)
-    logprob_gap: float  # log p(reference token) - log p(this token) under the target; near 0 = a near-tie
+    logprob_gap: float  # log p(reference token) - log p(this token) under the target, recomputed; near 0 = a near-tie
     near_tie: bool
+    bound: float = NEAR_TIE  # near_tie_bound there
+    margins: tuple[float, float] | None = None  # (reference run's, this run's) top-1 minus top-2 logit there, as recorded
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     return n if n is not None else (None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def token_agreement(outputs: list[list[int]], reference: list[list[int]]) -> float:
+    """Share of output tokens before the first divergence from the reference, over all prompts."""
+    same = total = 0
+    for a, b in zip(outputs, reference):
+        j = first_difference(a, b)
+        same += min(len(a), len(b)) if j is None else j
+        total += max(len(a), len(b))
+    return same / total if total else 1.0
 
 
 def divergences(loaded, prompts: list[list[int]], outputs: list[str], reference: list[str]) -> list[Divergence]:
@@ -46,13 +79,22 @@ def divergences(loaded, prompts: list[list[int]], outputs: list[str], reference:
     return _found(loaded.model, prompts, pairs)
 
 
-def token_divergences(loaded, prompts: list[list[int]], outputs: list[list[int]], reference: list[list[int]]) -> list[Divergence]:
-    """The same for token ids, as in-process cells have them."""
-    return _found(loaded.model, prompts, [(ref, out) if out != ref else None for out, ref in zip(outputs, reference)])
+def token_divergences(
+    loaded,
+    prompts: list[list[int]],
+    outputs: list[list[int]],
+    reference: list[list[int]],
+    margins: list[list[LogitMargin]] | None = None,  # per prompt, per output token: this run's (Request.logit_margins)
+    reference_margins: list[list[LogitMargin]] | None = None,  # the same for the reference run
+) -> list[Divergence]:
+    """The same for token ids, as in-process cells have them; with both runs' recorded margins, each judged by them."""
+    pairs = [(ref, out) if out != ref else None for out, ref in zip(outputs, reference)]
+    both = list(zip(reference_margins, margins)) if margins is not None and reference_margins is not None else None
+    return _found(loaded.model, prompts, pairs, both)
 
 
 @torch.no_grad()
-def _found(model, prompts: list[list[int]], pairs: list[tuple[list[int], list[int]] | None]) -> list[Divergence]:
+def _found(model, prompts: list[list[int]], pairs: list[tuple[list[int], list[int]] | None], margins=None) -> list[Divergence]:
     found = []
     for i, (ids, pair) in enumerate(zip(prompts, pairs)):
         if pair is None:
@@ -63,9 +105,14 @@ def _found(model, prompts: list[list[int]], pairs: list[tuple[list[int], list[in
             continue  # one output stops where the other goes on: a length difference, not a choice between tokens
         context = ids + a[:j]
         cache = model.new_cache(1, len(context) + 1)
-        logprobs = torch.log_softmax(prefill(model, cache, 0, context)[-1].logits[0, -1].float(), dim=-1)
+        logits = prefill(model, cache, 0, context)[-1].logits[0, -1].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
         gap = float(logprobs[a[j]] - logprobs[b[j]])
-        found.append(Divergence(i, j, (a[j], b[j]), gap, abs(gap) < NEAR_TIE))
+        recorded = (margins[i][0][j], margins[i][1][j]) if margins is not None else None
+        top = max(m.top for m in recorded) if recorded else float(logits.max())
+        bound = near_tie_bound(model.dtype, top)
+        near = max(m.gap for m in recorded) < bound if recorded else abs(gap) < bound
+        found.append(Divergence(i, j, (a[j], b[j]), gap, near, bound, tuple(m.gap for m in recorded) if recorded else None))
     return found
 
 
@@ -74,4 +121,5 @@ def divergence_fields(found: list[Divergence]) -> dict:
         "divergences": [asdict(d) for d in found],
         "all_near_ties": all(d.near_tie for d in found),
         "max_logprob_gap": max((abs(d.logprob_gap) for d in found), default=None),
+        "max_margin": max((max(d.margins) for d in found if d.margins), default=None),
     }

@@ -24,6 +24,7 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.budget import calibrate, prompts_per_batch
+from speculab.bench.divergence import divergence_fields, token_agreement, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
@@ -32,7 +33,7 @@ from speculab.engine import Engine, PromptCache, Request
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
 from speculab.models.linear import linear_kind
-from speculab.sampling import SamplingParams
+from speculab.sampling import LogitMargin, SamplingParams
 from speculab.speculative.stats import SpecStats
 
 PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
@@ -139,16 +140,6 @@ def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
     }
 
 
-def _agreement(outputs: list[list[int]], reference: list[list[int]]) -> float:
-    """Share of output tokens before the first divergence from the reference, over all prompts."""
-    same = total = 0
-    for a, b in zip(outputs, reference):
-        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        same += n
-        total += max(len(a), len(b))
-    return same / total if total else 1.0
-
-
 @dataclass
 class Target:
     loaded: object
@@ -156,6 +147,7 @@ class Target:
     items: list[WorkloadItem]
     cache: PromptCache | None
     baseline_outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # batch size -> outputs
+    baseline_margins: dict[int, list[list[LogitMargin]]] = field(default_factory=dict)  # batch size -> per prompt, per token
 
     def first(self, n: int) -> Target:
         """The first n prompts (the workload interleaves its domains, so they stay mixed); outputs shared."""
@@ -179,7 +171,11 @@ def run_once(target: Target, proposer, batch_size: int, params: list[SamplingPar
 
 
 def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
-    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
+    # at temperature 0 each token's top-1/top-2 margin is kept: where outputs part, it tells rounding from a bug
+    params = [
+        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, logit_margins=cfg.temperature == 0)
+        for i in range(len(target.prompts))
+    ]
     runs = []
     reset_peak_memory()
     for _ in range(cfg.repeats):
@@ -190,9 +186,12 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
     runs.sort(key=lambda run: run[0])
     tok_s, wall, tokens, requests = runs[len(runs) // 2]  # the median repeat
     outputs = [r.output_ids for r in requests]
+    margins = [r.logit_margins for r in requests]
     if spec.name == "baseline":
         target.baseline_outputs[batch_size] = outputs
-    reference = target.baseline_outputs.get(batch_size) or next(iter(target.baseline_outputs.values()), None)
+        target.baseline_margins[batch_size] = margins
+    at = batch_size if batch_size in target.baseline_outputs else next(iter(target.baseline_outputs), None)
+    reference = target.baseline_outputs.get(at)
     greedy = cfg.temperature == 0 and reference is not None
     return {
         "kind": "cell",
@@ -210,19 +209,18 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         **_stats(requests, target.items),
         "peak_rss_bytes": peak_memory(),
         "greedy_identical": (outputs == reference) if greedy else None,
-        "agreement": _agreement(outputs, reference) if greedy else None,
-        **(_divergence_fields(target, outputs, reference) if greedy and outputs != reference else {}),
+        "agreement": token_agreement(outputs, reference) if greedy else None,
+        **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),
         "prompt_cache": target.cache is not None,
         "stopped": sum(r.finish_reason == "stop" for r in requests),
-        **({"outputs": outputs} if spec.name == "baseline" else {}),
+        **({"outputs": outputs, "logit_margins": margins} if spec.name == "baseline" else {}),
     }
 
 
-def _divergence_fields(target: Target, outputs: list[list[int]], reference: list[list[int]]) -> dict:
-    """Where the output parts from the baseline's, and the target's log-probability gap there (a near-tie or not)."""
-    from speculab.bench.divergence import divergence_fields, token_divergences
-
-    return divergence_fields(token_divergences(target.loaded, target.prompts, outputs, reference))
+def _divergence_fields(target: Target, outputs, reference, margins, at: int) -> dict:
+    """Where the output parts from the baseline's (at batch ``at``), both runs' margins there and the target's gap."""
+    ref_margins = target.baseline_margins.get(at)
+    return divergence_fields(token_divergences(target.loaded, target.prompts, outputs, reference, margins, ref_margins))
 
 
 # -- the matrix -------------------------------------------------------------------------------
@@ -286,6 +284,7 @@ def _previous_references(previous: list[dict], run_id: str, target: Target | Non
         if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("method") == "baseline":
             if "outputs" in r and target is not None:
                 target.baseline_outputs[r["batch_size"]] = r["outputs"]
+                target.baseline_margins[r["batch_size"]] = [[LogitMargin(*m) for m in ms] for ms in r.get("logit_margins") or []] or None
             if "output_texts" in r:
                 texts[(r.get("engine"), r["batch_size"])] = r["output_texts"]
 

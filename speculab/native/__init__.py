@@ -1,8 +1,9 @@
 """speculab's C++ kernels, built from source with the machine's compiler (``make setup`` runs ``python -m speculab.native``).
 
 Knows: how to build the extension (``torch.utils.cpp_extension``, ninja, ``-O3 -march=native``), where a
-build lives (the cache folder, keyed by torch's version and the sources' hash, so a changed source or torch
-is rebuilt, never loaded stale), and when it cannot run here (no AVX2/FMA, or ``SPECULAB_NATIVE=0``).
+build lives (the cache folder, keyed by torch's version, the sources' hash and the checkout and environment
+that build it, so a changed source or torch is rebuilt, never loaded stale, and two checkouts never rebuild
+each other's build), and when it cannot run here (no AVX2/FMA, or ``SPECULAB_NATIVE=0``).
 Does not know: when a kernel pays (``models/linear.py`` decides); without a build, callers keep the
 pure-PyTorch path, which stays tested.
 """
@@ -34,6 +35,9 @@ def build_dir() -> Path:
     for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     digest.update(" ".join(FLAGS).encode())
+    # ninja rebuilds whenever a compile command changes, and the commands name this checkout's sources and this
+    # environment's headers: two checkouts (or venvs) sharing one folder would rebuild each other's build every time
+    digest.update(f"{HERE}\0{sys.prefix}".encode())
     return cache_dir() / "native" / f"torch-{torch.__version__}-{digest.hexdigest()[:12]}"
 
 

@@ -12,40 +12,10 @@ import torch
 
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
-from speculab.speculative.proposer import Proposer
-from speculab.speculative.tree import Draft
-from tests.helpers import KERNELS, tiny_target
+from tests.helpers import KERNELS, Oracle, tiny_target
 
 MAX_TOKENS = 25
 PARAMS = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-
-
-class Oracle(Proposer):
-    """Drafts the next ``k`` tokens of a known continuation; with ``decoys``, each depth also carries wrong siblings
-    (placed before the right node, so the verifier must find it)."""
-
-    name = "oracle"
-
-    def __init__(self, futures: dict[tuple, list[int]], k: int, decoys: int = 0):
-        self.futures, self.k, self.decoys = futures, k, decoys
-        self.max_draft_tokens = k * (1 + decoys)
-
-    def propose(self, state):
-        return [self._draft(r) for r in state.requests]
-
-    def _draft(self, request) -> Draft:
-        future = self.futures[tuple(request.prompt_ids)]
-        done = len(request.output_ids)
-        right = future[done : done + self.k]
-        tokens, parents, parent = [], [], -1
-        for token in right:
-            for d in range(self.decoys):
-                tokens.append((token + 1 + d) % 256)  # a wrong sibling under the same parent
-                parents.append(parent)
-            tokens.append(token)
-            parents.append(parent)
-            parent = len(tokens) - 1
-        return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
 
 
 @pytest.fixture(scope="module", params=KERNELS)
@@ -78,3 +48,14 @@ def test_every_draft_token_is_accepted_when_drafts_are_right(target, k, decoys, 
         assert stats.conditional_acceptance == [1.0] * k  # every depth tested was accepted, in trees too
         assert stats.mean_acceptance_length == pytest.approx((accepted + steps) / steps)
         assert stats.mean_acceptance_length >= k + 1 - k / steps  # τ = k + 1 on every step but perhaps the last
+
+
+def test_verified_tokens_record_the_margins_plain_decoding_saw(target):
+    """Each emitted token's logit margin comes from the tree node it was chosen at, in verification as in plain decoding."""
+    ps = prompts(3)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, logit_margins=True)
+    base = Engine(target, 3, 128).generate(ps, params)
+    futures = {tuple(p): r.output_ids for p, r in zip(ps, base)}
+    for request, plain in zip(Engine(target, 3, 128, proposer=Oracle(futures, 4, 2)).generate(ps, params), base):
+        assert request.output_ids == plain.output_ids
+        assert [m.gap for m in request.logit_margins] == pytest.approx([m.gap for m in plain.logit_margins], abs=1e-4)
