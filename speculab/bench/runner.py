@@ -284,7 +284,8 @@ def _previous_references(previous: list[dict], run_id: str, target: Target | Non
         if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("method") == "baseline":
             if "outputs" in r and target is not None:
                 target.baseline_outputs[r["batch_size"]] = r["outputs"]
-                target.baseline_margins[r["batch_size"]] = [[LogitMargin(*m) for m in ms] for ms in r.get("logit_margins") or []] or None
+                if r.get("logit_margins"):  # records written before margins were kept have none
+                    target.baseline_margins[r["batch_size"]] = [[LogitMargin(*m) for m in ms] for ms in r["logit_margins"]]
             if "output_texts" in r:
                 texts[(r.get("engine"), r["batch_size"])] = r["output_texts"]
 

@@ -80,8 +80,8 @@ def _eagle3_flags(p: argparse.ArgumentParser) -> None:
         "--train-on",
         choices=("all", "answers"),
         default="all",
-        help="positions the loss counts: every one (as the shipped head), or only those a head drafts from "
-        "(the target's answers): the unrolled steps then run on them alone, about half the time a step",
+        help="positions the loss counts: every one, or only those a head drafts from (the target's answers; the "
+        "shipped head, `make assets`): the unrolled steps then run on them alone, about half the time a step",
     )
 
 
