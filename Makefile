@@ -59,14 +59,15 @@ compare: setup llamacpp
 # under 3 hours of a 2-core machine. Self-distilled data is cached in ~/.cache/speculab/train-data (about
 # 40 minutes: 720 answered prompts, 320 code windows); every run resumes with `make assets RESUME=--resume`.
 # Then the EAGLE-1 head and the draft model train side by side, one thread each, 75 minutes (the shipped
-# ones ran 88 minutes side by side: their manifests), and the EAGLE-3 head 65 minutes on both threads, its loss
-# on the target's answers only (BENCHMARKS.md, "Training the EAGLE-3 head on answers only").
+# ones ran 88 minutes side by side: their manifests). Then the EAGLE-3 head on both threads: 21 minutes to
+# cache its three target layers' inputs beside the data (once; resumable), then 45 minutes of training on them,
+# its loss on the target's answers only (BENCHMARKS.md, "Training the EAGLE-3 head on cached features").
 ASSETS := speculab/assets
 SEEDS := 0 1 2 3 4
 assets: setup
 	$(BIN)/speculab train data --code-windows 320 --prompt-seeds $(SEEDS)
 	$(MAKE) -j2 assets-eagle assets-draft
-	$(BIN)/speculab train eagle3 --prompt-seeds $(SEEDS) --out $(ASSETS)/smollm2-135m-eagle3 --steps 5000 --max-minutes 65 --ttt-steps 5 --warmup-steps 20 --train-on answers $(RESUME)
+	$(BIN)/speculab train eagle3 --prompt-seeds $(SEEDS) --out $(ASSETS)/smollm2-135m-eagle3 --steps 5000 --max-minutes 45 --ttt-steps 5 --warmup-steps 20 --train-on answers $(RESUME)
 
 assets-eagle: setup
 	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --prompt-seeds $(SEEDS) --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 75 --warmup-steps 20 $(RESUME)

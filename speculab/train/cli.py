@@ -83,6 +83,21 @@ def _eagle3_flags(p: argparse.ArgumentParser) -> None:
         help="positions the loss counts: every one, or only those a head drafts from (the target's answers; the "
         "shipped head, `make assets`): the unrolled steps then run on them alone, about half the time a step",
     )
+    p.add_argument(
+        "--features",
+        choices=("cached", "online"),
+        default="cached",
+        help="cached: the three target layers' inputs are computed once per data folder (DATA_DIR/eagle3-features, "
+        "bf16, ~3.5 KB a token) and each step runs only the head, about a third of an online step here; online: "
+        "the target runs over every batch (nothing stored)",
+    )
+    p.add_argument(
+        "--feature-noise",
+        type=float,
+        default=0.0,
+        help="uniform noise on the fed features, this wide relative to each layer's RMS (EAGLE-1's ±0.1 on its "
+        "post-norm features is 0.09 of their median RMS here; 0: none)",
+    )
 
 
 def _draft_flags(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ budget, and writing the head in the published EAGLE layout (``config.json``
 with ``bias: true``, ``model.safetensors`` with ``fc.*`` and ``layers.0.*``)
 so that speculab and the EAGLE reference code both load it.
 
-Does not know: where the data comes from (``data.py``) or the loop (``loop.py``).
+Does not know: where the data comes from (``distill_data.py``) or the loop (``loop.py``).
 """
 
 from __future__ import annotations

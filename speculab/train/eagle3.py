@@ -11,6 +11,7 @@ Knows:
   position t feeds token x_{t+1+k} with the head's step-(k-1) output at t, and
   predicts x_{t+2+k}; it attends to the target-fed entries 0..t of step 0 and
   to its own entries at t of steps 1..k (its draft chain), as at inference;
+- optional feature noise (``with_feature_noise``): uniform, relative to each layer's scale;
 - the loss: at each step the soft cross-entropy between the target's
   distribution restricted to the draft vocabulary and the head's (reported as
   KL, i.e. less the target's entropy: the same gradient), on positions
@@ -19,15 +20,16 @@ Knows:
 - the published EAGLE-3 layout (``midlayer.*``, ``fc``, ``norm``, ``lm_head``,
   ``d2t``, ``t2d``, ``draft_vocab_size``, ``target_hidden_size``).
 
-The target runs in the loop ("online" training, as SpecForge does): its three
-layers' inputs and its logits are recomputed for each batch, so the data cache
-of EAGLE-1/2 training (final hidden states only) serves here too.
+Two ways to get the target's side of a batch: online (``make_batch``: the target runs over the batch
+in every step) or offline (``make_cached_batch``: the three layers' inputs from a cache made once,
+``eagle3_features.py``, and the target's distribution from the data's final hidden states through
+its lm_head), as SpecForge offers both.
 
 One deliberate difference from the reference: step k's entries at t take RoPE
 position t + k (the position of the token they stand for, as speculab's tree
 gives a depth-d node), where the reference keeps position t at every step.
 
-Does not know: the loop (``loop.py``) or where the data comes from (``data.py``).
+Does not know: the loop (``loop.py``) or where the data comes from (``distill_data.py``).
 """
 
 from __future__ import annotations
@@ -94,31 +96,76 @@ def new_eagle3_head(target: Transformer, target_ids: Tensor, seed: int = 0, init
     return head.float()
 
 
-@torch.no_grad()
-def make_batch(target: Transformer, target_ids: Tensor, items: list[tuple]) -> Eagle3Batch:
-    """items: (token ids [n], unused EAGLE-1 features[, answer start]) per sequence; the target is run on them.
-
-    With an answer start (the prompt's length), the loss counts only the positions the head drafts from at
-    inference (the last prompt position on): a code window in the prompt is the target reading, not writing.
-    """
+def _layout(items: list[tuple]) -> tuple[Tensor, Tensor, Tensor, int]:
+    """(tokens [batch, n] padded, lengths [batch], first_query [batch], start) of a batch of items."""
     lengths = torch.tensor([len(item[0]) for item in items])
     bsz, n = len(items), int(lengths.max())
     tokens = torch.zeros(bsz, n, dtype=torch.long)
     for i, item in enumerate(items):
         tokens[i, : len(item[0])] = torch.tensor(item[0])
-    first_query = torch.tensor([max(0, item[2] - 1) if len(item) > 2 else 0 for item in items])
+    first_query = torch.tensor([max(0, item[2] - 1) if len(item) > 2 and item[2] is not None else 0 for item in items])
     first_query = torch.minimum(first_query, (lengths - 3).clamp(min=0))
-    start = int(first_query.min())
+    return tokens, lengths, first_query, int(first_query.min())
+
+
+def _target_distribution(logits: Tensor, target_ids: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
+    """(log-probabilities over the draft vocabulary, whether the top-1 is in it) from full-vocabulary logits."""
+    in_draft = torch.zeros(vocab_size, dtype=torch.bool)
+    in_draft[target_ids] = True
+    return logits[..., target_ids].log_softmax(-1), in_draft[logits.argmax(-1)]
+
+
+@torch.no_grad()
+def make_batch(target: Transformer, target_ids: Tensor, items: list[tuple]) -> Eagle3Batch:
+    """items: (token ids [n], unused EAGLE-1 features[, answer start]) per sequence; the target is run on them.
+
+    With an answer start (the prompt's length; None: every position), the loss counts only the positions the
+    head drafts from at inference (the last prompt position on): a code window in the prompt is the target
+    reading, not writing.
+    """
+    tokens, lengths, first_query, start = _layout(items)
+    bsz, n = tokens.shape
     layers = eagle3_feature_layers(target.config.num_layers)
     cache = target.new_cache(bsz, n)
     at = torch.arange(start, n).expand(bsz, n - start)  # the target's logits only where the loss reads them
     out = target(tokens, causal_batch(torch.arange(bsz), torch.zeros(bsz, dtype=torch.long), n), cache, logits_at=at, capture_layers=layers)
     features = torch.cat([out.captured[i] for i in layers], dim=-1).float()
-    logits = out.logits.float()
-    in_draft = torch.zeros(target.config.vocab_size, dtype=torch.bool)
-    in_draft[target_ids] = True
-    logp = logits[..., target_ids].log_softmax(-1)
-    return Eagle3Batch(tokens, features, logp, in_draft[logits.argmax(-1)], lengths, first_query, start)
+    logp, in_draft = _target_distribution(out.logits.float(), target_ids, target.config.vocab_size)
+    return Eagle3Batch(tokens, features, logp, in_draft, lengths, first_query, start)
+
+
+@torch.no_grad()
+def make_cached_batch(target: Transformer, target_ids: Tensor, items: list[tuple]) -> Eagle3Batch:
+    """items: (token ids [n], final hidden states [n - 1, H], answer start or None, layer features [n - 1, 3H]).
+
+    No target forward: the features come from the offline cache (``eagle3_features.py``), the target's
+    distribution from the data's final (post-norm) hidden states through its lm_head. Equal to
+    ``make_batch`` up to the cache's bf16 rounding of the features.
+    """
+    tokens, lengths, first_query, start = _layout(items)
+    bsz, n = tokens.shape
+    features = torch.zeros(bsz, n, items[0][3].shape[-1])
+    final = torch.zeros(bsz, n - start, items[0][1].shape[-1])  # positions start..n-1 (n-1: never a target)
+    for i, (ids, hidden, _, fused) in enumerate(items):
+        features[i, : len(ids) - 1] = fused.float()
+        final[i, : len(ids) - 1 - start] = hidden[start:].float()
+    logp, in_draft = _target_distribution(target.lm_head(final).float(), target_ids, target.config.vocab_size)
+    return Eagle3Batch(tokens, features, logp, in_draft, lengths, first_query, start)
+
+
+def with_feature_noise(batch: Eagle3Batch, width: float, generator: torch.Generator | None = None) -> Eagle3Batch:
+    """The batch with uniform noise on the fed features, of ``width`` times each layer's RMS at that position.
+
+    EAGLE-1's noise (±0.1 on post-norm features) made relative: the three layers' inputs differ in scale
+    by orders of magnitude, so one absolute width would drown the low layer or miss the high one.
+    """
+    if width <= 0:
+        return batch
+    bsz, n, fused = batch.features.shape
+    per_layer = batch.features.view(bsz, n, 3, fused // 3)
+    rms = per_layer.pow(2).mean(-1, keepdim=True).sqrt()
+    noise = torch.rand(per_layer.shape, generator=generator) - 0.5
+    return dataclasses.replace(batch, features=(per_layer + noise * width * rms).view(bsz, n, fused))
 
 
 def unrolled_hidden(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int) -> Iterator[Tensor]:
@@ -154,8 +201,11 @@ def unrolled_hidden(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, s
         yield hidden
 
 
-def ttt_loss(head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int = TTT_STEPS) -> tuple[Tensor, dict]:
+def ttt_loss(
+    head: Eagle3Head, target: Transformer, batch: Eagle3Batch, steps: int = TTT_STEPS, feature_noise: float = 0.0
+) -> tuple[Tensor, dict]:
     """The weighted sum over the unrolled steps of the soft cross-entropy, and per-step top-1 agreement."""
+    batch = with_feature_noise(batch, feature_noise)
     bsz, n = batch.tokens.shape
     q = n - 2  # step-0 positions t = 0..n-3 feed x_{t+1} and predict x_{t+2}
     if q < 1:

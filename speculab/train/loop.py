@@ -60,7 +60,9 @@ class LoopResult:
 
 def _save(out: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, seconds: float) -> None:
     tmp = out / (CHECKPOINT + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": seconds}, tmp)
+    # the random state too: noise and sampled positions continue as if the run had never stopped
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "seconds": seconds, "rng": torch.get_rng_state()}
+    torch.save(state, tmp)
     tmp.replace(out / CHECKPOINT)  # a kill mid-save never leaves a broken checkpoint
 
 
@@ -87,6 +89,8 @@ def run(
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step, spent = state["step"], state["seconds"]
+        if "rng" in state:  # checkpoints written before it was kept have none
+            torch.set_rng_state(state["rng"])
         history = [h for h in read_log(out) if h["step"] <= step]
     (out / LOG).write_text("".join(json.dumps(h) + "\n" for h in history))
     (out / "loop_config.json").write_text(json.dumps(asdict(cfg), indent=1))

@@ -39,7 +39,10 @@ def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
 
 
 def _data(args, loaded, features: bool = False):
-    """(sequences, training items with features when ``features``, the data manifest)."""
+    """(sequences, training items with features when ``features``, the data manifest).
+
+    An item is (token ids, final hidden states, where the answer starts), and for an EAGLE-3 head trained on
+    cached features (``--features cached``) the three layers' inputs as a fourth."""
     from speculab.train.distill_data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
 
     seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
@@ -59,7 +62,13 @@ def _data(args, loaded, features: bool = False):
         for data_dir, records in parts:  # ids repeat across seeds: features are looked up per folder
             features = load_features(data_dir, records)
             # (token ids, features, where the answer starts): EAGLE-3 trains only where a head drafts
-            items += [(s["prompt_ids"] + s["response_ids"], features[s["id"]], len(s["prompt_ids"])) for s in records]
+            part = [(s["prompt_ids"] + s["response_ids"], features[s["id"]], len(s["prompt_ids"])) for s in records]
+            if getattr(args, "features", None) == "cached":
+                from speculab.train.eagle3_features import cached_layer_features
+
+                fused = cached_layer_features(loaded.model, loaded.path.name, data_dir, records)
+                part = [item + (fused[s["id"]],) for item, s in zip(part, records)]
+            items += part
     return sequences + windows, items, data_manifest(sequences, specs, windows, code_spec)
 
 

@@ -103,7 +103,7 @@ class Eagle3Recipe:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.train.eagle3 import draft_vocabulary, make_batch, new_eagle3_head, save_eagle3_head, ttt_loss
+        from speculab.train.eagle3 import draft_vocabulary, make_batch, make_cached_batch, new_eagle3_head, save_eagle3_head, ttt_loss
         from speculab.train.vocab import rank_tokens
 
         raw = json.loads((loaded.path / "config.json").read_text())
@@ -111,14 +111,17 @@ class Eagle3Recipe:
         size = min(args.draft_vocab, target.config.vocab_size)
         target_ids, _, _ = draft_vocabulary(ranking, size, target.config.vocab_size)
         head = new_eagle3_head(target, target_ids, seed=args.seed)
-        step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps)  # noqa: E731
+        step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
+        batch_of = make_cached_batch if args.features == "cached" else make_batch
 
         load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
         return Recipe(
             head,
             step_fn,
             # without the answer's start (the third item) every position counts
-            lambda group: make_batch(target, target_ids, group if args.train_on == "answers" else [g[:2] for g in group]),
+            lambda group: batch_of(
+                target, target_ids, group if args.train_on == "answers" else [(g[0], g[1], None, *g[3:]) for g in group]
+            ),
             lambda m, out: save_eagle3_head(m, raw, out),
             load_for_eval,
             ("loss", "top1", "top1_step1", "top1_step2"),
@@ -132,7 +135,13 @@ class Eagle3Recipe:
             f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
             "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
             f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k, "
-            + ("at every position." if args.train_on == "all" else "at the positions of the target's answers only."),
+            + ("at every position" if args.train_on == "all" else "at the positions of the target's answers only")
+            + (f", uniform feature noise {args.feature_noise} of each layer's RMS" if args.feature_noise > 0 else "")
+            + (
+                "; the target layers' inputs cached once (offline training)."
+                if args.features == "cached"
+                else "; the target run in every step (online training)."
+            ),
             "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
         ]
 

@@ -160,7 +160,8 @@ def test_a_few_ttt_steps_make_drafts_the_engine_accepts(tmp_path):
 
 def test_a_stopped_run_resumes_exactly(setup, tmp_path):
     """A run stopped after six of nine steps (its data ran out, as a kill after the step-6 checkpoint would
-    leave it), then resumed: the same weights, bit for bit, as nine steps in one go."""
+    leave it), then resumed: the same weights, bit for bit, as nine steps in one go, feature noise included
+    (the checkpoint keeps the random state)."""
     hf, target, items, target_ids = setup
     cfg = loop.LoopConfig(steps=9, lr=3e-3, warmup_steps=2, checkpoint_every=3)
 
@@ -173,7 +174,7 @@ def test_a_stopped_run_resumes_exactly(setup, tmp_path):
                     yield make_batch(target, target_ids, group)
 
         head = new_eagle3_head(target, target_ids, seed=0)
-        loop.run(head, stream, lambda b: ttt_loss(head, target, b, steps=3), cfg, out, resume=resume)
+        loop.run(head, stream, lambda b: ttt_loss(head, target, b, steps=3, feature_noise=0.1), cfg, out, resume=resume)
         return head.state_dict()
 
     whole = train(tmp_path / "whole")

@@ -55,7 +55,18 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
     extra = {
         "draft": ["--hidden-size", "32", "--layers", "1", "--intermediate-size", "64"],
         "eagle": ["--ranking-source-chars", "0"],
-        "eagle3": ["--ranking-source-chars", "0", "--draft-vocab", "64", "--ttt-steps", "3", "--train-on", "answers"],
+        "eagle3": [
+            "--ranking-source-chars",
+            "0",
+            "--draft-vocab",
+            "64",
+            "--ttt-steps",
+            "3",
+            "--train-on",
+            "answers",
+            "--feature-noise",
+            "0.05",
+        ],
     }[kind]
     args = [
         "train",
@@ -100,6 +111,9 @@ def test_train_writes_a_loadable_drafter_card_and_manifest(target_and_data, tmp_
         assert "draft_vocab.safetensors" in manifest["files"]
     elif kind == "eagle3":
         assert load_eagle3_head(out, load_model(target), prepack=False).lm_head.weight.shape[0] == 64
+        assert (data / "eagle3-features" / "f.safetensors").exists()  # trained on cached features, the default
+        card = (out / "README.md").read_text()
+        assert "uniform feature noise 0.05 of each layer's RMS" in card and "cached once (offline training)" in card
     else:
         assert load_model(out).config.num_layers == 1
     # a resumed run with a larger step budget continues from the saved step
@@ -200,3 +214,14 @@ def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(targe
     options = proposer_options(parse_method(f"draft:draft={out}"), loaded)  # draft_vocab=auto
     assert torch.equal(options["draft_vocab"], ranking[:8192])
     assert "draft_vocab" not in proposer_options(parse_method(f"draft:draft={out},draft_vocab=none"), loaded)
+
+
+def test_eagle3_trains_online_without_a_feature_cache(target_and_data, tmp_path, capsys):
+    target, shared = target_and_data
+    data = tmp_path / "data"
+    shutil.copytree(shared, data, ignore=shutil.ignore_patterns("eagle3-features"))
+    out = tmp_path / "eagle3"
+    assert main(_train_args("eagle3", target, data, out, "3", "--draft-vocab", "64", "--ttt-steps", "2", "--features", "online")) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
+    assert not (data / "eagle3-features").exists()
+    assert "the target run in every step (online training)" in (out / "README.md").read_text()
