@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,6 +138,19 @@ def read_sequences(path: Path) -> list[dict]:
     return read_records(path)  # a line cut by a kill is dropped and regenerated on resume
 
 
+def group_by_tokens(items: list, length: Callable[[object], int], batch_tokens: int) -> list[list]:
+    """Consecutive ``items`` in groups whose padded size (longest length × count) stays within ``batch_tokens``."""
+    groups, group, longest = [], [], 0
+    for item in items:
+        padded = max(longest, length(item))
+        if group and padded * (len(group) + 1) > batch_tokens:
+            groups.append(group)
+            group, padded = [], length(item)
+        group.append(item)
+        longest = padded
+    return groups + ([group] if group else [])
+
+
 def batches_by_tokens(sequences: list[tuple], batch_tokens: int, seed: int) -> Iterator[list]:
     """Endless epochs; each shuffles, then groups sequences of similar length under a padded-token budget."""
     epoch = 0
@@ -147,14 +160,7 @@ def batches_by_tokens(sequences: list[tuple], batch_tokens: int, seed: int) -> I
         rng.shuffle(order)
         # sort within windows of 32 so padding stays low but epochs still differ
         order = [i for w in range(0, len(order), 32) for i in sorted(order[w : w + 32], key=lambda i: len(sequences[i][0]))]
-        groups, group = [], []
-        for i in order:
-            longest = max([len(sequences[j][0]) for j in group + [i]])
-            if group and longest * (len(group) + 1) > batch_tokens:
-                groups.append(group)
-                group = []
-            group.append(i)
-        groups.append(group)
+        groups = group_by_tokens(order, lambda i: len(sequences[i][0]), batch_tokens)
         rng.shuffle(groups)
         for g in groups:
             yield [sequences[i] for i in g]

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from speculab.models.eagle3_head import eagle3_feature_layers
 from speculab.models.llama import Transformer, causal_batch
+from speculab.train.distill_data import group_by_tokens
 
 FOLDER = "eagle3-features"
 STORED_DTYPE = torch.bfloat16  # 1.4 GB for the shipped data's 413k tokens (fp32: twice that)
@@ -69,17 +70,8 @@ def layer_features(model: Transformer, sequences: list[list[int]]) -> list[torch
     return [fused[i, : length - 1] for i, length in enumerate(lengths)]
 
 
-def _groups_by_tokens(records: list[dict], batch_tokens: int) -> list[list[dict]]:
-    """Records sorted by length, grouped so that a group's padded size stays under ``batch_tokens``."""
-    ordered = sorted(records, key=lambda r: len(r["prompt_ids"]) + len(r["response_ids"]))
-    groups, group = [], []
-    for record in ordered:
-        longest = len(record["prompt_ids"]) + len(record["response_ids"])  # sorted: the newest is the longest
-        if group and longest * (len(group) + 1) > batch_tokens:
-            groups.append(group)
-            group = []
-        group.append(record)
-    return groups + ([group] if group else [])
+def _tokens(record: dict) -> int:
+    return len(record["prompt_ids"]) + len(record["response_ids"])
 
 
 def cached_layer_features(
@@ -96,7 +88,7 @@ def cached_layer_features(
         with tqdm(total=sum(len(rs) for rs in todo.values()), desc=f"EAGLE-3 features ({data_dir.name})", unit="seq") as bar:
             for shard, shard_records in sorted(todo.items()):
                 tensors = {}
-                for group in _groups_by_tokens(shard_records, batch_tokens):
+                for group in group_by_tokens(sorted(shard_records, key=_tokens), _tokens, batch_tokens):
                     rows = layer_features(model, [r["prompt_ids"] + r["response_ids"] for r in group])
                     tensors |= {r["id"]: f.to(STORED_DTYPE).contiguous() for r, f in zip(group, rows)}
                     bar.update(len(group))
@@ -107,7 +99,7 @@ def cached_layer_features(
     for shard, shard_records in by_shard.items():
         stored = load_file(folder / shard)
         for record in shard_records:
-            rows = len(record["prompt_ids"]) + len(record["response_ids"]) - 1
+            rows = _tokens(record) - 1
             found = stored.get(record["id"])
             if found is None or found.shape[0] != rows:
                 what = "no tensor" if found is None else f"{found.shape[0]} rows, not {rows}, in tensor"
