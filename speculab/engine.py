@@ -46,7 +46,8 @@ class Request:
     stop_ids: frozenset[int]
     output_ids: list[int] = field(default_factory=list)
     slot: int | None = None
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (see ``error``)
+    error: str | None = None  # why this request alone failed (finish_reason "error"); co-batched requests go on
     generator: torch.Generator | None = None
     arrival_time: float = field(default_factory=time.perf_counter)
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
@@ -187,9 +188,20 @@ class Engine:
 
     def _prefill(self, request: Request) -> TokenEvent:
         request.admitted_time = time.perf_counter()
-        slot = len(self.running)
-        request.slot = slot
+        request.slot = len(self.running)
         self.running.append(request)
+        try:
+            return self._prefill_admitted(request)
+        except Exception as err:  # noqa: BLE001  one request's prefill failing must not fail the batch it joins
+            return self._fail(request, err)
+
+    def _fail(self, request: Request, err: Exception) -> TokenEvent:
+        """End one request with finish_reason "error"; its slot is freed with the finished ones."""
+        request.finish_reason, request.error = "error", f"{type(err).__name__}: {err}"
+        return TokenEvent(request, [], True)
+
+    def _prefill_admitted(self, request: Request) -> TokenEvent:
+        slot = request.slot
         logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
         token = sample_rows(logits[None], [request.params], [request.generator])[0]
         self._admit(slot, request, features if self.proposer.needs_features else None, cached)
@@ -236,21 +248,34 @@ class Engine:
         features = self._features(out) if self.proposer.needs_features else None
         events = []
         for row, (r, tree) in enumerate(zip(reqs, trees)):
-            n = len(tree)
-            if r.params.greedy:
-                verdict = verify_greedy(tree, logits[row, :n])
-            else:
-                verdict = verify_sampled(tree, target_probs(logits[row, :n], r.params), r.generator)
-            start = self.cache.lengths[r.slot]
-            self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
-            last_has_children = bool(tree.children()[verdict.accepted[-1]])
-            r.stats.record(n - 1, tree.max_depth, verdict.num_accepted, verdict.num_accepted + last_has_children)
-            if self.proposer.needs_features:
-                self.proposer.observe(r.slot, features[row, verdict.accepted])
-            accepted = tree.tokens[verdict.accepted[1:]].tolist()
-            chosen_from = logits[row, verdict.accepted] if r.params.logit_margins else None  # row of node i: token i+1
-            events.append(self._emit(r, accepted + [verdict.bonus], chosen_from))
+            try:
+                events.append(self._commit_row(r, tree, logits[row], None if features is None else features[row]))
+            except Exception as err:  # noqa: BLE001  one request's verification failing must not fail the others
+                events.append(self._fail(r, err))
         return events
+
+    def _commit_row(
+        self,
+        r: Request,
+        tree: VerifyTree,
+        logits: torch.Tensor,  # [q, vocab]: the target's logits at the row's nodes (padding after len(tree))
+        features: torch.Tensor | None,  # [q, width] or None
+    ) -> TokenEvent:
+        """Verify one request's tree, compact its accepted path's KV into place and emit its tokens."""
+        n = len(tree)
+        if r.params.greedy:
+            verdict = verify_greedy(tree, logits[:n])
+        else:
+            verdict = verify_sampled(tree, target_probs(logits[:n], r.params), r.generator)
+        start = self.cache.lengths[r.slot]
+        self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
+        last_has_children = bool(tree.children()[verdict.accepted[-1]])
+        r.stats.record(n - 1, tree.max_depth, verdict.num_accepted, verdict.num_accepted + last_has_children)
+        if features is not None:
+            self.proposer.observe(r.slot, features[verdict.accepted])
+        accepted = tree.tokens[verdict.accepted[1:]].tolist()
+        chosen_from = logits[verdict.accepted] if r.params.logit_margins else None  # row of node i: token i+1
+        return self._emit(r, accepted + [verdict.bonus], chosen_from)
 
     def _features(self, out) -> torch.Tensor:
         """[batch, q, width]: the final hidden states, or the proposer's chosen layers' inputs side by side."""

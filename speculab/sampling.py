@@ -8,11 +8,14 @@ two cannot drift apart. Does not know: drafts or acceptance (``speculative/verif
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the seeds torch.Generator.manual_seed takes
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:  # also false for NaN
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator takes), got {self.seed}")
 
     @property
     def greedy(self) -> bool:
@@ -48,18 +53,34 @@ class SamplingParams:
         return g
 
 
+LEADERS = 4  # the top tokens whose gaps each LogitMargin keeps
+
+
 class LogitMargin(NamedTuple):
-    """How decided the target was where a token was chosen: two greedy runs that round differently can
-    only choose differently where ``gap`` is within their rounding (``bench/divergence.py``)."""
+    """How decided the target was where a token was chosen: two greedy runs that round differently can only
+    choose differently where the gap between the two tokens they chose is within their rounding
+    (``bench/divergence.py``)."""
 
     top: float  # the top-1 logit
     gap: float  # the top-1 logit minus the top-2 logit (>= 0)
+    leaders: tuple[tuple[int, float], ...] = ()  # (token, top-1 logit minus its logit) for the LEADERS top tokens
+
+    def gap_to(self, token: int) -> tuple[float, bool]:
+        """(top-1 logit minus ``token``'s logit, exact?): past the leaders, the last one's gap is a lower bound."""
+        for candidate, gap in self.leaders:
+            if candidate == token:
+                return gap, True
+        return (self.leaders[-1][1] if self.leaders else self.gap), False
 
 
 def logit_margins(logits: Tensor) -> list[LogitMargin]:
     """logits: [n, vocab] -> one LogitMargin per row."""
-    top = logits.float().topk(2, dim=-1).values
-    return [LogitMargin(a, a - b) for a, b in top.tolist()]
+    top = logits.float().topk(min(LEADERS, logits.shape[-1]), dim=-1)
+    margins = []
+    for values, ids in zip(top.values.tolist(), top.indices.tolist()):
+        leaders = tuple((t, values[0] - v) for t, v in zip(ids, values))
+        margins.append(LogitMargin(values[0], leaders[1][1] if len(leaders) > 1 else 0.0, leaders))
+    return margins
 
 
 def target_probs(logits: Tensor, params: SamplingParams) -> Tensor:
@@ -71,19 +92,25 @@ def target_probs(logits: Tensor, params: SamplingParams) -> Tensor:
     logits = logits.float()
     if params.greedy:
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits / params.temperature
-    if params.top_k and params.top_k < logits.shape[-1]:
+    if params.top_k and params.top_k < logits.shape[-1]:  # before scaling: a huge temperature would tie them all
         kth = logits.topk(params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    fp32 = torch.finfo(torch.float32)
+    if not fp32.tiny <= params.temperature <= fp32.max:  # a temperature fp32 cannot hold: scale in fp64
+        logits = logits.double()
+    # Shifted so the top logit is 0 before scaling: at any positive temperature, however small, the scaled
+    # logits stay <= 0 (no inf - inf, no 0/0), and the top token keeps its probability.
+    logits = (logits - logits.amax(-1, keepdim=True)) / params.temperature
     probs = logits.softmax(-1)
     if params.top_p < 1.0:
         sorted_probs, order = probs.sort(-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
         drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+        drop[..., 0] = False  # a top_p below fp32's smallest number compares as 0
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
         probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+    return probs.float()
 
 
 def sample_rows(

@@ -114,3 +114,42 @@ def test_logit_margins_are_the_top_two_gap_each_token_was_chosen_from(model):
     assert [m.top for m in request.logit_margins] == pytest.approx(top[:, 0].tolist(), abs=1e-4)
     assert [m.gap for m in request.logit_margins] == pytest.approx((top[:, 0] - top[:, 1]).tolist(), abs=1e-4)
     assert Engine(model, 1, 64).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))[0].logit_margins == []
+
+
+def test_a_request_failing_in_verification_fails_alone(model, monkeypatch):
+    """One request whose sampling raises ends with finish_reason "error"; the requests batched with it are untouched."""
+    import speculab.engine
+
+    real = speculab.engine.target_probs
+
+    def breaks_on_one(logits, params):
+        if params.temperature == 0.5:
+            raise FloatingPointError("this request's distribution is broken")
+        return real(logits, params)
+
+    monkeypatch.setattr(speculab.engine, "target_probs", breaks_on_one)
+    prompts = prompts_of([6, 9, 4], seed=4)
+    good = SamplingParams(max_tokens=8, ignore_eos=True)
+    bad = SamplingParams(max_tokens=8, temperature=0.5, seed=1, ignore_eos=True)
+    done = Engine(model, max_batch=3, max_seq_len=128).generate(prompts, [good, bad, good])
+    assert done[1].finish_reason == "error" and "broken" in done[1].error
+    for prompt, request in zip(prompts[::2], done[::2]):
+        assert request.finish_reason == "length" and request.output_ids == run_alone(model, prompt, good)
+
+
+def test_a_request_failing_in_prefill_fails_alone(model, monkeypatch):
+    import speculab.engine
+
+    real = speculab.engine.sample_rows
+
+    def breaks_on_one(logits, params, generators):
+        if params[0].temperature == 0.5:
+            raise FloatingPointError("this request's prefill sample is broken")
+        return real(logits, params, generators)
+
+    monkeypatch.setattr(speculab.engine, "sample_rows", breaks_on_one)
+    prompts = prompts_of([5, 7], seed=5)
+    good = SamplingParams(max_tokens=6, ignore_eos=True)
+    done = Engine(model, max_batch=2, max_seq_len=128).generate(prompts, [SamplingParams(max_tokens=6, temperature=0.5), good])
+    assert done[0].finish_reason == "error" and done[0].output_ids == []
+    assert done[1].output_ids == run_alone(model, prompts[1], good)

@@ -37,3 +37,34 @@ def test_seeded_sampling_is_reproducible_and_follows_probs():
 def test_bad_params_are_rejected(bad):
     with pytest.raises(ValueError):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 5e-324, 1e-300, 1e-38, 0.7, 1e30, 1e300])
+@pytest.mark.parametrize("top_p", [1.0, 0.5, 1e-300])
+def test_every_positive_temperature_and_top_p_gives_a_distribution(temperature, top_p):
+    """Tiny temperatures overflowed the scaled logits (inf - inf) and tiny top_p emptied the nucleus: NaN."""
+    logits = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+    probs = target_probs(logits, SamplingParams(temperature=temperature, top_p=top_p, top_k=5))
+    assert not probs.isnan().any() and torch.allclose(probs.sum(-1), torch.ones(4))
+    assert ((probs > 0).sum(-1) <= 5).all()  # top-k holds at any temperature
+    if temperature <= 1:  # (past that, top-p chooses among near-equal probabilities)
+        assert (probs.gather(-1, logits.argmax(-1, keepdim=True)) > 0).all()  # the top token keeps its probability
+    if temperature < 1e-30 or top_p < 1e-30:  # the limit: all mass on the top token
+        assert torch.equal(probs.max(-1).values, torch.ones(4))
+    if temperature > 1e29 and top_p == 1.0:  # the other limit: uniform over the top-k
+        assert torch.allclose(probs.max(-1).values, torch.full((4,), 0.2))
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1])
+def test_a_seed_torch_cannot_take_is_refused(seed):
+    with pytest.raises(ValueError, match="seed"):
+        SamplingParams(temperature=1.0, seed=seed)
+    SamplingParams(temperature=1.0, seed=2**64 - 1).generator()  # the ends of the range work
+    SamplingParams(temperature=1.0, seed=-(2**63)).generator()
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_non_finite_numbers_are_refused(field):
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=field):
+            SamplingParams(**{field: value})

@@ -5,9 +5,11 @@ two best tokens are within rounding of each other: a near-tie, not a bug. For ea
 output differs from the reference, this finds the first token where they differ (both texts
 tokenised by the target's tokenizer), runs the target on the chat prompt plus the shared tokens,
 and reports the log-probability gap between the two tokens chosen there. In-process runs also
-record the top-1 minus top-2 logit each run's target saw where it chose (``LogitMargin``); then the
-divergence is a near-tie when both runs' margins there are within ``near_tie_bound``, the spread
-rounding in the run's dtype allows; otherwise when the recomputed gap is.
+record, where each token was chosen, the gaps of the target's leading tokens below its top one
+(``LogitMargin``); then the divergence is a near-tie when, in each run, the gap between its own choice
+and the other run's choice is within ``near_tie_bound``, the spread rounding in the run's dtype allows.
+Where the other run's choice was not among a run's recorded leaders (its gap is only bounded below) and
+that bound is within rounding, the recomputed gap decides, as it does for runs that record nothing.
 
 Knows: the loaded target (speculab's own model code, the run's dtype), its tokenizer, and how far rounding
 in a dtype can move a logit.
@@ -51,7 +53,9 @@ class Divergence:
     logprob_gap: float  # log p(reference token) - log p(this token) under the target, recomputed; near 0 = a near-tie
     near_tie: bool
     bound: float = NEAR_TIE  # near_tie_bound there
-    margins: tuple[float, float] | None = None  # (reference run's, this run's) top-1 minus top-2 logit there, as recorded
+    # (reference run's, this run's) logit gap between its own choice and the other run's there, as recorded
+    # (a lower bound where the other choice was past the run's recorded leaders)
+    chosen_gaps: tuple[float, float] | None = None
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -111,9 +115,21 @@ def _found(model, prompts: list[list[int]], pairs: list[tuple[list[int], list[in
         recorded = (margins[i][0][j], margins[i][1][j]) if margins is not None else None
         top = max(m.top for m in recorded) if recorded else float(logits.max())
         bound = near_tie_bound(model.dtype, top)
-        near = max(m.gap for m in recorded) < bound if recorded else abs(gap) < bound
-        found.append(Divergence(i, j, (a[j], b[j]), gap, near, bound, tuple(m.gap for m in recorded) if recorded else None))
+        if recorded is None:
+            found.append(Divergence(i, j, (a[j], b[j]), gap, abs(gap) < bound, bound))
+            continue
+        gaps = (recorded[0].gap_to(b[j]), recorded[1].gap_to(a[j]))  # each run: its choice (its top) to the other's
+        near = _near_tie(gaps, bound, abs(gap))
+        found.append(Divergence(i, j, (a[j], b[j]), gap, near, bound, tuple(g for g, _ in gaps)))
     return found
+
+
+def _near_tie(gaps: tuple[tuple[float, bool], tuple[float, bool]], bound: float, recomputed: float) -> bool:
+    """Both runs' chosen-token gaps within the bound; a gap known only from below and within it defers to the
+    recomputed gap."""
+    if any(g >= bound for g, _ in gaps):
+        return False
+    return all(exact for _, exact in gaps) or recomputed < bound
 
 
 def divergence_fields(found: list[Divergence]) -> dict:
@@ -121,5 +137,5 @@ def divergence_fields(found: list[Divergence]) -> dict:
         "divergences": [asdict(d) for d in found],
         "all_near_ties": all(d.near_tie for d in found),
         "max_logprob_gap": max((abs(d.logprob_gap) for d in found), default=None),
-        "max_margin": max((max(d.margins) for d in found if d.margins), default=None),
+        "max_chosen_gap": max((max(d.chosen_gaps) for d in found if d.chosen_gaps), default=None),
     }

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from speculab.bench.latency import percentile
 from speculab.bench.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
 from speculab.bench.workload import WorkloadItem
+from speculab.redact import redact_command
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ async def probe(endpoint: Endpoint, client: httpx.AsyncClient) -> EndpointInfo:
     method = "baseline" if endpoint.baseline else about.get("method") or own.get("method") or "endpoint"
     host = urlparse(endpoint.root).netloc
     label = endpoint.label or f"{engine}:{about.get('label') or own.get('label') or method}@{host}"
-    return EndpointInfo(model, engine, about.get("version"), method, label, about.get("command"))
+    return EndpointInfo(model, engine, about.get("version"), method, label, redact_command(about.get("command")))
 
 
 def probe_all(endpoints) -> dict[Endpoint, EndpointInfo]:

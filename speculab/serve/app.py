@@ -6,8 +6,10 @@ Knows: the routes a client of ``vllm serve`` uses (``/v1/completions``,
 ``/metrics``), OpenAI's error body (``{"error": {"message", "type", "param",
 "code"}}``) for every refusal, the optional Bearer key on ``/v1``, and the
 per-response speculation statistics (``metrics.speculative_decoding``,
-vLLM's per-request names). A client that goes away mid-request frees its slot
-at once.
+vLLM's per-request names). A client that goes away mid-request, streaming or
+not, frees its slot at the engine's next step. Tokenisation and chat templating
+run in a worker thread, so one huge body stalls no stream; bodies are capped
+(``limits.py``, 413).
 
 Does not know: how the engine decodes (``worker.py`` runs it) or the request
 fields' ranges (``protocol.py``).
@@ -24,19 +26,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
 
+from speculab.serve.errors import ApiError, error_body
+from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from speculab.serve.metrics import ServerMetrics
 from speculab.serve.protocol import ChatCompletionRequest, CompletionRequest, Unsupported
 from speculab.serve.text import TextStream
 from speculab.serve.worker import EngineWorker, Handle, Output, QueueFull
 from speculab.speculative.stats import SpecStats
-
-DISCONNECT_POLL_S = 0.5  # how often a non-streaming request checks that its client is still there
 
 
 @dataclass(frozen=True)
@@ -50,20 +53,7 @@ class ServeInfo:
     dtype: str
     max_model_len: int
     version: str
-    command: str | None = None
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
-
-
-ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 429: "RateLimitError", 500: "InternalServerError"}
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "BadRequestError"), "param": param, "code": status}}
+    command: str | None = None  # the server's command line, secrets redacted (speculab.redact)
 
 
 def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
@@ -96,7 +86,13 @@ def spec_metrics(stats: SpecStats) -> dict:
 
 
 def build_app(
-    worker: EngineWorker, tokenizer, metrics: ServerMetrics, info: ServeInfo, api_key: str | None = None, engine_thread: bool = True
+    worker: EngineWorker,
+    tokenizer,
+    metrics: ServerMetrics,
+    info: ServeInfo,
+    api_key: str | None = None,
+    engine_thread: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """``engine_thread=False``: the caller runs ``worker.run()`` itself (``speculab serve`` does, in the main thread)."""
 
@@ -107,6 +103,7 @@ def build_app(
         worker.stop()
 
     app = FastAPI(title="speculab serve", lifespan=lifespan)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, err: ApiError):
@@ -117,13 +114,14 @@ def build_app(
         message, param = _validation_message(err)
         return JSONResponse(error_body(400, message, param), status_code=400)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if api_key and request.url.path.startswith("/v1"):
+    async def authorized(request: Request) -> None:
+        """The /v1 routes' key check (a dependency, not an HTTP middleware: those hide the client's disconnect)."""
+        if api_key:
             given = request.headers.get("authorization", "")
             if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return JSONResponse(error_body(401, "missing or wrong API key: send 'Authorization: Bearer KEY'"), status_code=401)
-        return await call_next(request)
+                raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'")
+
+    v1 = [Depends(authorized)]
 
     @app.get("/health")
     async def health():
@@ -144,7 +142,7 @@ def build_app(
             "command": info.command,
         }
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=v1)
     async def models():
         return {
             "object": "list",
@@ -162,11 +160,13 @@ def build_app(
             ],
         }
 
-    def _prepare(body, prompt_ids: list[int], default_max: int | None) -> Handle:
+    def _refuse_unsupported(body) -> None:
         try:
             body.refuse_unsupported()
         except Unsupported as err:
-            raise ApiError(400, str(err)) from None
+            raise ApiError(400, str(err), err.param) from None
+
+    def _prepare(body, prompt_ids: list[int], default_max: int | None) -> Handle:
         if body.model != info.model_name:
             raise ApiError(404, f"The model `{body.model}` does not exist; this server serves `{info.model_name}`", "model")
         if not prompt_ids:
@@ -180,30 +180,35 @@ def build_app(
                 "prompt",
             )
         max_tokens = default_max if default_max is not None else room
+        vocab = worker.engine.model.config.vocab_size
+        if any(t >= vocab for t in body.stop_token_ids or ()):
+            raise ApiError(400, f"stop_token_ids must be in [0, {vocab})", "stop_token_ids")
         try:
-            params = body.sampling(max_tokens)
+            params = body.sampling(max_tokens, worker.engine.default_stop_ids)
             worker.engine.check_request(prompt_ids, params)
         except ValueError as err:
-            param = "max_tokens" if "max_tokens" in str(err) else None
+            param = next((f for f in ("max_tokens", "seed", "temperature", "top_p", "top_k") if f in str(err)), None)
             raise ApiError(400, f"{err} (the context is {info.max_model_len} tokens: prompt + max_tokens must fit)", param) from None
         try:
             return worker.submit(prompt_ids, params)
         except QueueFull as err:
             raise ApiError(429, str(err)) from None
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", dependencies=v1)
     async def completions(body: CompletionRequest, request: Request):
+        _refuse_unsupported(body)
         prompt = body.prompt
-        prompt_ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        prompt_ids = await run_in_threadpool(tokenizer.encode, prompt) if isinstance(prompt, str) else list(prompt)
         if prompt_ids and (min(prompt_ids) < 0 or max(prompt_ids) >= worker.engine.model.config.vocab_size):
             raise ApiError(400, f"prompt token ids must be in [0, {worker.engine.model.config.vocab_size})", "prompt")
         handle = _prepare(body, prompt_ids, body.max_tokens if body.max_tokens is not None else 16)
         return await _respond(body, handle, request, "text_completion", "cmpl")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=v1)
     async def chat_completions(body: ChatCompletionRequest, request: Request):
+        _refuse_unsupported(body)
         try:
-            prompt_ids = tokenizer.encode_chat([m.as_dict() for m in body.messages])
+            prompt_ids = await run_in_threadpool(tokenizer.encode_chat, [m.as_dict() for m in body.messages])
         except Exception as err:  # noqa: BLE001  the model's own chat template refuses this conversation
             raise ApiError(400, f"the chat template refused these messages: {err}", "messages") from None
         handle = _prepare(body, prompt_ids, body.requested_max_tokens)
@@ -222,16 +227,22 @@ def build_app(
 
     async def _collect(handle: Handle, text: TextStream, request: Request) -> tuple[str, list[str]]:
         pieces: list[str] = []
-        while True:
-            try:
-                out: Output = await asyncio.wait_for(handle.outputs.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return "abort", pieces
-                continue
-            reason = _consume(handle, out, text, pieces)
-            if reason is not None:
-                return reason, pieces
+        watcher = asyncio.create_task(_abort_on_disconnect(handle, request))
+        try:
+            while True:
+                out: Output = await handle.outputs.get()
+                reason = _consume(handle, out, text, pieces)
+                if reason is not None:
+                    return reason, pieces
+        finally:
+            watcher.cancel()
+
+    async def _abort_on_disconnect(handle: Handle, request: Request) -> None:
+        """Abort the request as soon as its client goes (the body is read, so the next ASGI message is the
+        disconnect); the engine frees the slot at its next step and the last output ends ``_collect``."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        worker.abort(handle)
 
     def _consume(handle: Handle, out: Output, text: TextStream, pieces: list[str]) -> str | None:
         """Add one output's text to ``pieces``; returns the finish reason once the request is over."""

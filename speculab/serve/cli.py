@@ -41,6 +41,12 @@ def add_serve_parser(sub) -> None:
         default=os.environ.get("SPECULAB_API_KEY"),
         help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECULAB_API_KEY, else no key)",
     )
+    s.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body accepted; a larger one is answered 413 (default: 4 MiB)",
+    )
     s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
     s.add_argument("--dtype", choices=list(DTYPES), default=None)
     s.add_argument("--device", default=None)
@@ -54,12 +60,17 @@ def build_server(args: argparse.Namespace):
     from speculab import runtime
     from speculab.engine import Engine
     from speculab.methods import new_proposer, parse_method, proposer_options, shipped_drafter_key
+    from speculab.redact import redact_argv
     from speculab.serve.app import ServeInfo, build_app
+    from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES
     from speculab.serve.metrics import ServerMetrics
     from speculab.serve.worker import EngineWorker
 
-    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2 or args.prefills_per_step < 0:
-        raise ValueError("--max-batch must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2")
+    max_body = args.max_body_bytes if args.max_body_bytes is not None else DEFAULT_MAX_BODY_BYTES
+    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2 or args.prefills_per_step < 0 or max_body < 1:
+        raise ValueError(
+            "--max-batch and --max-body-bytes must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2"
+        )
     spec = parse_method(args.method)
     if args.model is not None and (key := shipped_drafter_key(spec)):
         raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
@@ -82,10 +93,10 @@ def build_server(args: argparse.Namespace):
         dtype=loaded.dtype,
         max_model_len=engine.max_seq_len,
         version=speculab.__version__,
-        command=shlex.join(["speculab", *getattr(args, "argv", [])]),
+        command=shlex.join(["speculab", *redact_argv(getattr(args, "argv", []))]),
     )
     worker = EngineWorker(engine, metrics, args.max_queue)
-    app = build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key, engine_thread=False)
+    app = build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key, engine_thread=False, max_body_bytes=max_body)
     return app, info, worker
 
 

@@ -1,29 +1,92 @@
 """The OpenAI-compatible request bodies ``speculab serve`` accepts, and what each field may hold.
 
 Knows: the fields of ``/v1/completions`` and ``/v1/chat/completions`` that a
-client of ``vllm serve`` sends (OpenAI's, plus vLLM's ``top_k`` and
-``ignore_eos``), their ranges,
-and how a valid request becomes :class:`SamplingParams`. Unknown fields are
-ignored, as vLLM does; a field that asks for something speculab does not do
-(``n`` > 1, ``logprobs``, ``echo``, tools) is refused by name rather than
-silently dropped.
+client of ``vllm serve`` sends (OpenAI's, plus vLLM's ``top_k``, ``ignore_eos``
+and ``stop_token_ids``), their ranges (every number to what the engine can
+honour: a seed torch can take, finite temperatures and top_p, at most
+``MAX_STOPS`` stop strings of at most ``MAX_STOP_CHARS`` characters), and how
+a valid request becomes :class:`SamplingParams`.
+
+The accepted set, three kinds:
+- honoured: ``model``, ``prompt`` / ``messages``, ``max_tokens`` /
+  ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
+  ``stop``, ``stop_token_ids``, ``ignore_eos``, ``stream``,
+  ``stream_options.include_usage``, and ``n``, ``best_of``, ``logprobs``,
+  ``echo``, ``suffix``, ``tools`` at their neutral values;
+- refused by name (400) unless at their neutral value, because each would change
+  what is generated and speculab does not do it: ``UNSUPPORTED``'s keys
+  (``response_format``, ``logit_bias``, the penalties, ``min_p``, guided
+  decoding, ...), and ``n`` > 1, ``logprobs``, ``echo``, ``suffix``, ``tools``;
+- ignored, as vLLM does: every other field (informational ones such as
+  ``user``, ``metadata``, ``store``, ``service_tier``, ``priority``).
 
 Does not know: tokenizers, the engine, or HTTP status codes (``app.py``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from speculab.sampling import SamplingParams
+from speculab.sampling import SEED_MAX, SEED_MIN, SamplingParams
 
 ROLES = ("system", "developer", "user", "assistant")
+MAX_STOPS, MAX_STOP_CHARS = 4, 512  # OpenAI's four; a stop string's length is how much text is held back
 
 
 class Unsupported(ValueError):
-    """A well-formed request asking for something this server does not do."""
+    """A well-formed request asking for something this server does not do; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def _absent(value) -> bool:
+    return value is None or value == {} or value == [] or value is False
+
+
+def _equals(neutral) -> Callable[[Any], bool]:
+    return lambda value: value is None or value == neutral
+
+
+# Fields that would change what is generated, which speculab does not implement: refused unless neutral.
+UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
+    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+    "logit_bias": _absent,
+    "presence_penalty": _equals(0),
+    "frequency_penalty": _equals(0),
+    "repetition_penalty": _equals(1),
+    "length_penalty": _equals(1),
+    "min_p": _equals(0),
+    "min_tokens": _equals(0),
+    "bad_words": _absent,
+    "allowed_token_ids": _absent,
+    "logits_processors": _absent,
+    "guided_json": _absent,
+    "guided_regex": _absent,
+    "guided_choice": _absent,
+    "guided_grammar": _absent,
+    "structured_outputs": _absent,
+    "use_beam_search": _absent,
+    "prompt_logprobs": _absent,
+    "top_logprobs": _equals(0),
+    "truncate_prompt_tokens": _absent,
+    "include_stop_str_in_output": _absent,
+    "skip_special_tokens": _equals(True),
+    "chat_template": _absent,
+    "chat_template_kwargs": _absent,
+    "continue_final_message": _absent,
+    "add_generation_prompt": _equals(True),
+    "tool_choice": _equals("none"),
+    "functions": _absent,
+    "function_call": _equals("none"),
+    "prediction": _absent,
+    "modalities": lambda v: v is None or v == ["text"],
+    "audio": _absent,
+}
 
 
 class StreamOptions(BaseModel):
@@ -33,19 +96,22 @@ class StreamOptions(BaseModel):
 class _Sampling(BaseModel):
     """Fields both endpoints share."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept to refuse UNSUPPORTED by name; other extras are ignored
 
     model: str
     max_tokens: Annotated[int, Field(gt=0)] | None = None
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    temperature: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
     top_k: Annotated[int, Field(ge=-1)] = 0  # vLLM's extra; -1 and 0 both mean "off"
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)] | None = None
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None  # vLLM's extra: stop tokens besides the model's
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: list[str] = Field(default_factory=list)  # a single string is taken as a list of one
+    stop: Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]], Field(max_length=MAX_STOPS)] = Field(
+        default_factory=list
+    )  # a single string is taken as a list of one
     ignore_eos: bool = False
-    n: Annotated[int, Field(ge=1)] = 1
+    n: Annotated[int, Field(ge=1, json_schema_extra={"maximum": 1})] = 1  # n > 1 is refused in words
     logprobs: bool | int | None = None
     best_of: int | None = None
 
@@ -57,24 +123,34 @@ class _Sampling(BaseModel):
             raise ValueError("stop must be a string or a list of strings")
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
-        if len(stops) > 4:
-            raise ValueError("at most 4 stop strings")
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
         return stops
 
     def refuse_unsupported(self) -> None:
         if self.n != 1 or (self.best_of or 1) != 1:
-            raise Unsupported("n > 1 (several choices per request) is not supported; send n separate requests")
+            raise Unsupported("n > 1 (several choices per request) is not supported; send n separate requests", "n")
         if self.logprobs not in (None, False, 0):
-            raise Unsupported("logprobs are not supported by speculab serve")
+            raise Unsupported("logprobs are not supported by speculab serve", "logprobs")
+        for name, value in (self.model_extra or {}).items():
+            if name in UNSUPPORTED and not UNSUPPORTED[name](value):
+                raise Unsupported(f"{name} is not supported by speculab serve (it would change the output); leave it out", name)
 
-    def sampling(self, max_tokens: int) -> SamplingParams:
+    def sampling(self, max_tokens: int, model_stop_ids: frozenset[int]) -> SamplingParams:
+        """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does)."""
+        stops = None
+        if self.stop_token_ids:  # ignore_eos drops the model's stop tokens, not the ones asked for
+            stops = (frozenset() if self.ignore_eos else model_stop_ids) | frozenset(self.stop_token_ids)
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=max(self.top_k, 0),
             seed=self.seed,
-            ignore_eos=self.ignore_eos,
+            stop_token_ids=stops,
+            ignore_eos=self.ignore_eos and stops is None,
         )
 
     @property
@@ -83,7 +159,12 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=1)]
+        | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+        | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1, max_length=1)]
+    )
     echo: bool = False
     suffix: str | None = None
 
@@ -104,9 +185,9 @@ class CompletionRequest(_Sampling):
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.echo:
-            raise Unsupported("echo is not supported by speculab serve")
+            raise Unsupported("echo is not supported by speculab serve", "echo")
         if self.suffix:
-            raise Unsupported("suffix is not supported by speculab serve")
+            raise Unsupported("suffix is not supported by speculab serve", "suffix")
 
 
 class TextPart(BaseModel):
@@ -117,7 +198,7 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: str
+    role: Annotated[str, Field(json_schema_extra={"enum": list(ROLES)})]  # checked below, in words
     content: str | list[TextPart] | None = None
 
     @field_validator("role")
@@ -134,7 +215,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage]
+    messages: Annotated[list[ChatMessage], Field(json_schema_extra={"minItems": 1})]  # checked below, in words
     max_completion_tokens: Annotated[int, Field(gt=0)] | None = None
     tools: list | None = None
 
@@ -147,7 +228,7 @@ class ChatCompletionRequest(_Sampling):
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.tools:
-            raise Unsupported("tools are not supported by speculab serve")
+            raise Unsupported("tools are not supported by speculab serve", "tools")
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -6,8 +6,9 @@ through a command queue and gets each step's tokens back through
 ``call_soon_threadsafe``. A request joins the running batch at the next step
 (its prefill) and leaves when it stops; at most ``max_batch`` run and at most
 ``max_queue`` wait, and a request past that is refused (:class:`QueueFull`)
-before it reaches the engine. A step that raises fails the requests it was
-running, and the thread goes on serving the next ones.
+before it reaches the engine. A request the engine refuses, or that fails in
+a step (``Request.error``), fails alone; a step that raises as a whole fails
+the requests it was running, and the thread goes on serving the next ones.
 
 Does not know: HTTP or text (it deals in token ids); metrics only through
 :class:`ServerMetrics`.
@@ -169,14 +170,30 @@ class EngineWorker:
             except queue.Empty:
                 return
             if kind == "add":
-                handle.request = self.engine.add_request(handle.prompt_ids, handle.params)
-                self._by_request[handle.request.id] = handle
+                self._add(handle)
             elif handle.request is not None and not handle.request.finished:
                 self.engine.abort(handle.request)
                 self._finish(handle, reason, time.perf_counter())
             self._set_gauges()
 
+    def _add(self, handle: Handle) -> None:
+        """Hand a request to the engine; if the engine refuses it, that request alone fails."""
+        try:
+            handle.request = self.engine.add_request(handle.prompt_ids, handle.params)
+        except Exception as err:  # noqa: BLE001  the route checked it first; whatever slips through fails it alone
+            log.exception("the engine refused a request")
+            self.metrics.finished("error")
+            self._send(handle, Output([], error=f"the engine refused the request: {type(err).__name__}: {err}"))
+            return
+        self._by_request[handle.request.id] = handle
+
     def _on_event(self, handle: Handle, token_ids: list[int], request: Request, now: float) -> None:
+        if request.finish_reason == "error":  # this request alone failed in the engine
+            log.error("request %d failed in the engine: %s", request.id, request.error)
+            self._by_request.pop(request.id, None)
+            self.metrics.finished("error")
+            self._send(handle, Output([], error=f"internal error in the engine: {request.error}"))
+            return
         m = self.metrics
         if handle._last_token_time is None:  # the prefill's token
             m.prompt_tokens.inc(len(request.prompt_ids))

@@ -7,7 +7,9 @@ sequence and feeds the rest (the accepted tokens and the bonus token) in one
 batched forward before drafting ``num_speculative_tokens`` tokens as a chain.
 Greedy requests get argmax drafts; sampled requests get drafts sampled from
 the draft model's distribution under the request's own sampling parameters,
-returned with those probabilities so verification stays lossless. With a
+drawn from the request's own generator (so each request's draft randomness is
+its own, seeded or not, and a seeded request is reproducible), and returned
+with those probabilities so verification stays lossless. With a
 reduced draft vocabulary (``draft_vocab``: the most frequent tokens) its
 lm_head scores only those: most of a small draft model's step is its
 vocabulary-wide lm_head.
@@ -53,7 +55,6 @@ class DraftModelProposer(Proposer):
         self.cache = self.model.new_cache(num_slots, max_seq_len + self.k + 2)
         self.synced = [0] * num_slots  # leading tokens of the request's sequence held by the cache
         self.pending: list[list[int]] = [[] for _ in range(num_slots)]  # draft tokens fed after those
-        self.generators: list[torch.Generator | None] = [None] * num_slots
 
     # -- slots ------------------------------------------------------------------
     def admit(self, slot: int, request, features=None) -> None:
@@ -73,17 +74,15 @@ class DraftModelProposer(Proposer):
 
     def _start(self, slot: int, request) -> None:
         self.synced[slot], self.pending[slot] = len(request.prompt_ids), []
-        seed = request.params.seed
-        self.generators[slot] = None if request.params.greedy else torch.Generator().manual_seed((seed or 0) + 0x5EED)
 
     def move(self, src: int, dst: int) -> None:
         self.cache.move(src, dst)
-        self.synced[dst], self.pending[dst], self.generators[dst] = self.synced[src], self.pending[src], self.generators[src]
+        self.synced[dst], self.pending[dst] = self.synced[src], self.pending[src]
         self.release(src)
 
     def release(self, slot: int) -> None:
         self.cache.free(slot)
-        self.synced[slot], self.pending[slot], self.generators[slot] = 0, [], None
+        self.synced[slot], self.pending[slot] = 0, []
 
     # -- drafting -----------------------------------------------------------------
     def _catch_up(self, slot: int, sequence: list[int]) -> list[int]:
@@ -101,8 +100,11 @@ class DraftModelProposer(Proposer):
         self.synced[slot], self.pending[slot] = len(sequence), []
         return sequence[keep:]
 
-    def _pick(self, logits: torch.Tensor, requests, slots: list[int]) -> tuple[list[int], list[torch.Tensor | None]]:
+    def _pick(self, logits: torch.Tensor, requests) -> tuple[list[int], list[torch.Tensor | None]]:
         """One draft token per row: argmax for greedy requests, a sample (with its distribution) otherwise.
+
+        A sample is drawn from the request's own generator: rejection sampling is exact only when each
+        draft token is a fresh draw from q, independent of every other request's.
 
         logits: [batch, vocab], or [batch, n] over a reduced vocabulary's kept tokens.
         """
@@ -112,7 +114,7 @@ class DraftModelProposer(Proposer):
                 probs.append(None)
                 continue
             p = target_probs(logits[row : row + 1], r.params)[0]
-            picked[row] = torch.multinomial(p, 1, generator=self.generators[slots[row]])[0]
+            picked[row] = torch.multinomial(p, 1, generator=r.generator)[0]
             probs.append(p if self.reduced is None else self.reduced.spread(p))
         tokens = picked if self.reduced is None else self.reduced.to_target(picked)
         return tokens.tolist(), probs
@@ -132,7 +134,7 @@ class DraftModelProposer(Proposer):
         drafted: list[list[int]] = [[] for _ in reqs]
         dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
         for step in range(self.k):
-            picked, probs = self._pick(logits, reqs, slots)
+            picked, probs = self._pick(logits, reqs)
             for row in range(len(reqs)):
                 drafted[row].append(picked[row])
                 dists[row].append(probs[row])

@@ -78,7 +78,7 @@ def _parted(loaded, proposer_of) -> list:
         PROMPTS, MARGINS
     )
     for r in base + runs:
-        assert len(r.logit_margins) == len(r.output_ids) and all(m.gap >= 0 for m in r.logit_margins)
+        assert len(r.logit_margins) == len(r.output_ids) and all(m.gap >= 0 and len(m.leaders) == 4 for m in r.logit_margins)
     outputs, reference = [r.output_ids for r in runs], [r.output_ids for r in base]
     return token_divergences(loaded, PROMPTS, outputs, reference, [r.logit_margins for r in runs], [r.logit_margins for r in base])
 
@@ -93,7 +93,7 @@ def test_bf16_speculative_output_parts_from_plain_decoding_only_at_near_ties(tin
     found = _parted(runtime.load(tiny_folder, "bfloat16"), lambda futures: Oracle(futures, 4))
     assert len(found) >= 3, "bf16 rounding should part some of the 32 outputs (13 did when this test was written)"
     for d in found:
-        assert d.margins is not None and d.near_tie, d  # both runs' top-1/top-2 margins there are within rounding
+        assert d.chosen_gaps is not None and d.near_tie, d  # both runs' gaps between the two chosen tokens are within rounding
 
 
 def test_a_verifier_bug_is_not_taken_for_a_near_tie(tiny_folder, monkeypatch):
@@ -111,4 +111,5 @@ def test_a_verifier_bug_is_not_taken_for_a_near_tie(tiny_folder, monkeypatch):
     wrong = lambda futures: Oracle({p: [(t + 1) % 256 for t in f] for p, f in futures.items()}, 2)  # noqa: E731
     found = _parted(runtime.load(tiny_folder, "bfloat16"), wrong)
     assert len(found) == len(PROMPTS)
-    assert sum(not d.near_tie for d in found) >= len(found) // 3  # 20 of 32 when written; rounding alone gives none
+    flagged = sum(not d.near_tie for d in found)
+    assert flagged >= 0.9 * len(found), f"{flagged} of {len(found)} divergences of a broken verifier flagged"

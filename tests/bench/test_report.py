@@ -238,15 +238,23 @@ def test_load_results_tolerates_truncation_only_as_skipped(results_path):
 def test_divergences_show_both_runs_margins_against_the_bound(tmp_path):
     """bf16 outputs that part at near-ties are shown as rounding; one that parts where the target was decided warns."""
 
-    def parted(margins, near):
-        return {"prompt": 0, "token_index": 7, "tokens": [5, 9], "logprob_gap": 0.01, "near_tie": near, "bound": 1.875, "margins": margins}
+    def parted(gaps, near, key="chosen_gaps"):  # records older than the chosen-token gaps kept "margins"
+        return {"prompt": 0, "token_index": 7, "tokens": [5, 9], "logprob_gap": 0.01, "near_tie": near, "bound": 1.875, key: gaps}
 
     records = [run_record()] + [cell(label, b, t) for label, values in TOK_S.items() for b, t in zip(BATCHES, values)]
     records.append(
         cell("draft(4)", 1, 32.8, greedy_identical=False, agreement=0.9, divergences=[parted([0.125, 0.0], True)], all_near_ties=True)
     )
     records.append(
-        cell("draft(4)", 2, 58.2, greedy_identical=False, agreement=0.5, divergences=[parted([3.5, 0.25], False)], all_near_ties=False)
+        cell(
+            "draft(4)",
+            2,
+            58.2,
+            greedy_identical=False,
+            agreement=0.5,
+            divergences=[parted([3.5, 0.25], False, key="margins")],
+            all_near_ties=False,
+        )
     )
     md = Path(build_report(write_results(tmp_path / "results.jsonl", records), tmp_path / "report")["report_md"]).read_text()
     assert "| draft(4) | 1 | no | 90.0% | — | — | 1 | 0.0100 | 0.125 | 1.875 | yes |" in md

@@ -96,3 +96,29 @@ def test_a_failing_step_fails_its_requests_and_the_next_ones_run():
     error, (tokens, reason, later_error) = run(main())
     assert "drafter exploded" in error
     assert later_error is None and reason == "length" and len(tokens) == 6
+
+
+def test_a_request_the_engine_refuses_fails_alone_and_the_loop_goes_on(monkeypatch):
+    """Whatever slips past the route's checks and makes ``add_request`` raise fails that request, not the loop."""
+
+    async def main():
+        worker = make_worker()
+        real = worker.engine.add_request
+
+        def refuses_seed_13(prompt_ids, params):
+            if params.seed == 13:
+                raise OverflowError("seed out of range")
+            return real(prompt_ids, params)
+
+        monkeypatch.setattr(worker.engine, "add_request", refuses_seed_13)
+        worker.start()
+        try:
+            bad = worker.submit([5, 6], SamplingParams(max_tokens=4, temperature=1.0, seed=13))
+            good = worker.submit([5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
+            return await drain(bad), await drain(good)
+        finally:
+            worker.stop()
+
+    (_, _, error), (tokens, reason, good_error) = run(main())
+    assert "seed out of range" in error
+    assert good_error is None and reason == "length" and len(tokens) == 4

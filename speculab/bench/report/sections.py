@@ -321,7 +321,8 @@ def _agreement_blocks(results: Results) -> list[Block]:
         own = c.get("divergences") or []
         ours = c.get("speculab_divergences") or []
         gaps = [abs(d["logprob_gap"]) for d in own + ours]
-        margins = [m for d in own if d.get("margins") for m in d["margins"]]  # both runs' top-1 minus top-2 there
+        # both runs' gaps between the two chosen tokens there (records older than that kept top-1 minus top-2)
+        margins = [m for d in own if d.get("chosen_gaps") or d.get("margins") for m in d.get("chosen_gaps") or d["margins"]]
         bounds = [d["bound"] for d in own + ours if "bound" in d]
         rows.append(
             [
@@ -352,15 +353,15 @@ def _agreement_blocks(results: Results) -> list[Block]:
                 "agreement with speculab",
                 "divergences",
                 "max |log-prob gap| (nats)",
-                "max top-1/top-2 margin, both runs",
+                "max chosen-token gap, both runs",
                 "near-tie bound",
                 "all near-ties",
             ],
             rows,
             "`cell.greedy_identical`, `cell.agreement`, `cell.identical_to_speculab`, `cell.agreement_with_speculab`, "
             "`cell.divergences` / `cell.speculab_divergences`: where outputs part, the gap between the two tokens on the "
-            "target recomputed, and (in-process) the top-1 minus top-2 logit each run's target saw there. A near-tie: "
-            "both margins (or, for HTTP engines, the recomputed gap) under the bound rounding allows in the run's dtype "
+            "target recomputed, and (in-process) the logit gap each run's target saw there between its own choice and the other "
+            "run's. A near-tie: both gaps (or, for HTTP engines, the recomputed gap) under the bound rounding allows in the run's dtype "
             "(`bench/divergence.near_tie_bound`: 0.05 nats in fp32, 18 unit roundoffs of the top logit in bf16). Outputs that part only at "
             "near-ties differ by rounding, not by a bug; `--dtype float32` gives outputs identical to plain decoding.",
         ),
