@@ -182,17 +182,14 @@ class EngineWorker:
             handle.request = self.engine.add_request(handle.prompt_ids, handle.params)
         except Exception as err:  # noqa: BLE001  the route checked it first; whatever slips through fails it alone
             log.exception("the engine refused a request")
-            self.metrics.finished("error")
-            self._send(handle, Output([], error=f"the engine refused the request: {type(err).__name__}: {err}"))
+            self._fail(handle, f"the engine refused the request: {type(err).__name__}: {err}")
             return
         self._by_request[handle.request.id] = handle
 
     def _on_event(self, handle: Handle, token_ids: list[int], request: Request, now: float) -> None:
         if request.finish_reason == "error":  # this request alone failed in the engine
             log.error("request %d failed in the engine: %s", request.id, request.error)
-            self._by_request.pop(request.id, None)
-            self.metrics.finished("error")
-            self._send(handle, Output([], error=f"internal error in the engine: {request.error}"))
+            self._fail(handle, f"internal error in the engine: {request.error}")
             return
         m = self.metrics
         if handle._last_token_time is None:  # the prefill's token
@@ -218,10 +215,15 @@ class EngineWorker:
     def _fail_all(self, message: str) -> None:
         for handle in list(self._by_request.values()):
             self.engine.abort(handle.request)
-            self._by_request.pop(handle.request.id, None)
-            self.metrics.finished("error")
-            self._send(handle, Output([], error=message))
+            self._fail(handle, message)
         self._set_gauges()
+
+    def _fail(self, handle: Handle, message: str) -> None:
+        """End one request with an error: counted, forgotten, and its client told."""
+        if handle.request is not None:
+            self._by_request.pop(handle.request.id, None)
+        self.metrics.finished("error")
+        self._send(handle, Output([], error=message))
 
     def _set_gauges(self) -> None:
         self.metrics.running.set(len(self.engine.running))
