@@ -20,11 +20,11 @@ from types import ModuleType
 
 import torch
 
-from speculab.cpu import cpu_has_avx2_fma
+from speculab.cpu import cpu_flags, cpu_has_avx2_fma
 from speculab.files import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("module.cpp", "bf16_linear.cpp", "attention.cpp", "ops.cpp", "layers.cpp"))
+SOURCES = tuple(HERE / f for f in ("module.cpp", "bf16_linear.cpp", "bf16_linear_avx512.cpp", "attention.cpp", "ops.cpp", "layers.cpp"))
 HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h"))
 NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")
@@ -35,6 +35,7 @@ def build_dir() -> Path:
     for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     digest.update(" ".join(FLAGS).encode())
+    digest.update(" ".join(sorted(cpu_flags())).encode())  # -march=native: a build is for this CPU only
     # ninja rebuilds whenever a compile command changes, and the commands name this checkout's sources and this
     # environment's headers: two checkouts (or venvs) sharing one folder would rebuild each other's build every time
     digest.update(f"{HERE}\0{sys.prefix}".encode())

@@ -6,3 +6,7 @@ torch::Tensor bf16_pack(torch::Tensor w);
 // residual: y = residual + x @ W.T, the residual connection's sum made in the store (not with a bias).
 torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias,
                           c10::optional<torch::Tensor> residual = c10::nullopt);
+// The AVX512 kernels over the same packed panels and the same FMA chains (bf16_linear_avx512.cpp): y[m, n] =
+// (res +) x[m, k] @ W.T. Returns false, computing nothing, when built without AVX512F.
+bool bf16_linear_avx512(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t panels, float* y, int64_t n,
+                        const float* res);
