@@ -32,9 +32,7 @@ inline __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-struct Partial {  // one row over one chunk: its max score, sum of exp and weighted sum of values
-  float max = kNegInf, sum = 0.f;
-};
+using Partial = AttentionPartial;
 
 // One (batch, head, chunk): every row's partial softmax over keys [j0, j1).
 void chunk_partials(const float* q, int64_t q_row_stride, int64_t rows, const float* k, const float* v, int64_t kv_stride,
@@ -114,6 +112,10 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / (heads * chunks), h = (t / chunks) % heads, c = t % chunks;
       const int64_t j0 = c * kChunk, j1 = std::min(length, j0 + kChunk);
+      const AttentionChunk chunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
+                                 vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
+                                 mask.stride(2), j0, j1, d, scale};
+      if (chunk_partials_avx512(chunk, &partials[t * rows], pp + t * rows * d, scores)) continue;
       chunk_partials(qp + (b * heads + h) * rows * d, d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
                      vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
                      mask.stride(2), j0, j1, d, scale, &partials[t * rows], pp + t * rows * d, scores, zeros.data());

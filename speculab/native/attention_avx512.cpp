@@ -1,0 +1,176 @@
+// cached_attention's work on one (batch, KV head, chunk of keys) for CPUs with AVX512F: every query row of the
+// KV head at once (all query heads of the group, all new tokens), each key and value read once for all of them.
+//
+// Why: a verify of q tokens gives a KV head group * q query rows (12 for q = 4 on a 9/3-head model). Read once
+// per row, as the AVX2 kernel does, the chunk's keys and values are fetched 12 times and each score ends in a
+// horizontal sum. Here the chunk's keys are transposed once (16x16 blocks in registers) so that 16 keys' scores
+// are one vector of fused multiply-adds over the head dimension, and the values are read once for a block of rows.
+//
+// Each row's arithmetic is still its own and fixed: a score is one FMA chain over the head dimension in order,
+// then scaled; the softmax sums lane by lane in key order and then across the lanes; the output is one FMA chain
+// over the chunk's keys in order. So a row's result does not depend on the other rows, the batch or the threads.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "attention.h"
+
+#if defined(__AVX512F__)
+
+#include "vec_math.h"
+
+namespace {
+
+constexpr int64_t kLanes = 16;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// 16 rows of 16 floats, transposed in registers (unpack by 32 and 64 bits, then exchange 128-bit lanes).
+void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // rows 4i..4i+3: u[4i + c] holds columns c, c+4, c+8, c+12 of them
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+    r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+    r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+  }
+}
+
+// kt[e * ld + j] = key j's value e, for the chunk's n keys (zero past n, up to a multiple of 16).
+void transpose_keys(const float* k, int64_t kv_stride, int64_t n, int64_t d, float* kt, int64_t ld) {
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes)
+    for (int64_t e0 = 0; e0 < d; e0 += kLanes) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = j0 + i < n ? _mm512_loadu_ps(k + (j0 + i) * kv_stride + e0) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (e0 + i) * ld + j0, r[i]);
+    }
+}
+
+// scores[r * ld + j] = scale * (q_r . k_j) for RB rows and G groups of 16 keys from key g0 * 16.
+template <int RB, int G>
+void score_block(const float* q, int64_t d, const float* kt, int64_t ld, int64_t g0, float scale, float* scores) {
+  __m512 acc[RB][G];
+  for (int r = 0; r < RB; ++r)
+    for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
+  for (int64_t e = 0; e < d; ++e) {
+    __m512 kv[G];
+    for (int g = 0; g < G; ++g) kv[g] = _mm512_loadu_ps(kt + e * ld + (g0 + g) * kLanes);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 qv = _mm512_set1_ps(q[r * d + e]);
+      for (int g = 0; g < G; ++g) acc[r][g] = _mm512_fmadd_ps(qv, kv[g], acc[r][g]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int r = 0; r < RB; ++r)
+    for (int g = 0; g < G; ++g) _mm512_storeu_ps(scores + r * ld + (g0 + g) * kLanes, _mm512_mul_ps(acc[r][g], s));
+}
+
+template <int RB>
+void score_rows(const float* q, int64_t d, const float* kt, int64_t ld, int64_t groups, float scale, float* scores) {
+  int64_t g = 0;
+  for (; g + 4 <= groups; g += 4) score_block<RB, 4>(q, d, kt, ld, g, scale, scores);
+  for (; g < groups; ++g) score_block<RB, 1>(q, d, kt, ld, g, scale, scores);
+}
+
+// out[r] = sum_j p[r * ld + j] * v_j over the chunk's n keys, for RB rows and V vectors of 16 values each.
+template <int RB, int V>
+void value_block(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, float* out, int64_t d) {
+  __m512 acc[RB][V];
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < V; ++x) acc[r][x] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 vv[V];
+    for (int x = 0; x < V; ++x) vv[x] = _mm512_loadu_ps(v + j * kv_stride + x * kLanes);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 pv = _mm512_set1_ps(p[r * ld + j]);
+      for (int x = 0; x < V; ++x) acc[r][x] = _mm512_fmadd_ps(pv, vv[x], acc[r][x]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int x = 0; x < V; ++x) _mm512_storeu_ps(out + r * d + x * kLanes, acc[r][x]);
+}
+
+template <int V, int RB = V <= 4 ? 6 : 3>
+void value_rows(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, int64_t rows, float* out, int64_t d) {
+  int64_t r = 0;
+  for (; r + RB <= rows; r += RB) value_block<RB, V>(p + r * ld, ld, v, kv_stride, n, out + r * d, d);
+  for (; r < rows; ++r) value_block<1, V>(p + r * ld, ld, v, kv_stride, n, out + r * d, d);
+}
+
+// Row r's softmax numerators over the chunk, in place: exp(score + mask - max), zero past n; its max and sum.
+void softmax_row(float* s, const float* mask, int64_t n, int64_t padded, AttentionPartial& part) {
+  __m512 mx = _mm512_set1_ps(kNegInf);
+  for (int64_t j = 0; j < padded; j += kLanes) {
+    const __mmask16 live = j + kLanes <= n ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    const __m512 v = _mm512_mask_add_ps(_mm512_set1_ps(kNegInf), live, _mm512_loadu_ps(s + j), _mm512_maskz_loadu_ps(live, mask + j));
+    _mm512_storeu_ps(s + j, v);
+    mx = _mm512_max_ps(mx, v);
+  }
+  part.max = _mm512_reduce_max_ps(mx);
+  if (part.max == kNegInf) {
+    for (int64_t j = 0; j < padded; j += kLanes) _mm512_storeu_ps(s + j, _mm512_setzero_ps());
+    part.sum = 0.f;
+    return;
+  }
+  const __m512 m = _mm512_set1_ps(part.max);
+  __m512 total = _mm512_setzero_ps();
+  for (int64_t j = 0; j < padded; j += kLanes) {
+    const __m512 e = vec::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+    _mm512_storeu_ps(s + j, e);
+    total = _mm512_add_ps(total, e);
+  }
+  part.sum = _mm512_reduce_add_ps(total);
+}
+
+}  // namespace
+
+bool chunk_partials_avx512(const AttentionChunk& c, AttentionPartial* partials, float* out, std::vector<float>& buffer) {
+  if (c.d % kLanes || c.d > 128) return false;
+  const int64_t n = c.j1 - c.j0, groups = (n + kLanes - 1) / kLanes, ld = groups * kLanes;
+  buffer.resize(c.d * ld + c.rows * ld);
+  float *kt = buffer.data(), *scores = kt + c.d * ld;
+  transpose_keys(c.k + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt, ld);
+  int64_t r = 0;
+  for (; r + 4 <= c.rows; r += 4) score_rows<4>(c.q + r * c.d, c.d, kt, ld, groups, c.scale, scores + r * ld);
+  const float* qr = c.q + r * c.d;
+  switch (c.rows - r) {  // the last one to three rows together
+    case 3: score_rows<3>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
+    case 2: score_rows<2>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
+    case 1: score_rows<1>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
+    default: break;
+  }
+  for (r = 0; r < c.rows; ++r) softmax_row(scores + r * ld, c.mask + r * c.mask_row_stride + c.j0, n, ld, partials[r]);
+  const float* v = c.v + c.j0 * c.kv_stride;
+  switch (c.d / kLanes) {
+    case 1: value_rows<1>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 2: value_rows<2>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 3: value_rows<3>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 4: value_rows<4>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 5: value_rows<5>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 6: value_rows<6>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 7: value_rows<7>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    default: value_rows<8>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+  }
+  return true;
+}
+
+#else
+
+bool chunk_partials_avx512(const AttentionChunk&, AttentionPartial*, float*, std::vector<float>&) { return false; }
+
+#endif
