@@ -1,18 +1,23 @@
 """Choosing a device and dtype, and loading a model with its tokenizer.
 
 Knows: which CPUs compute bf16 natively (AMX or AVX512-BF16; elsewhere bf16 is
-emulated and slower than fp32), and that CUDA, when present, is preferred.
+emulated and slower than fp32), that speculab's native kernels run a checkpoint
+stored in bf16 in fp32 at bf16's memory cost (so there fp32 is both exact and,
+at batch 1, faster than oneDNN's bf16: BENCHMARKS.md, "A verify that costs what
+the memory bus says"), and that CUDA, when present, is preferred.
 Does not know: anything about decoding.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from speculab import native
 from speculab.cpu import cpu_has_native_bf16
 from speculab.models.embedded import resolve_model_path
 from speculab.models.llama import Transformer
@@ -26,10 +31,35 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def default_dtype(device: str | None = None) -> str:
-    """bf16 on CUDA and on CPUs with AMX or AVX512-BF16, fp32 elsewhere."""
+def hardware_dtype(device: str | None = None) -> str:
+    """The dtype the device computes natively: bf16 on CUDA and on CPUs with AMX or AVX512-BF16, fp32 elsewhere.
+
+    What a peer engine (vLLM's CPU build) is run in.
+    """
     device = device or default_device()
     return "bfloat16" if device.startswith("cuda") or cpu_has_native_bf16() else "float32"
+
+
+def stored_in_bf16(model_path: Path) -> bool:
+    """True when the checkpoint's config says its weights are bf16 (``dtype``, or the older ``torch_dtype``)."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (config.get("dtype") or config.get("torch_dtype")) == "bfloat16"
+
+
+def default_dtype(device: str | None = None, model_path: str | Path | None = None) -> str:
+    """speculab's dtype for a model: fp32 on a CPU where the native kernels run a bf16 checkpoint, else ``hardware_dtype``.
+
+    On a CPU with the native kernels built, a bf16 checkpoint runs in fp32 with its weights read as bf16: greedy
+    output exact and, at batch 1, faster than oneDNN's bf16 path (which AMX makes the faster one for many rows at
+    once: large batches times long verifies). ``model_path`` None is the embedded model.
+    """
+    device = device or default_device()
+    if device == "cpu" and cpu_has_native_bf16() and native.kernels() is not None and stored_in_bf16(resolve_model_path(model_path)):
+        return "float32"
+    return hardware_dtype(device)
 
 
 @dataclass
@@ -44,7 +74,8 @@ class LoadedModel:
 def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None) -> LoadedModel:
     """Load a checkpoint folder (or the embedded default) with its tokenizer."""
     device = device or default_device()
-    dtype = dtype or default_dtype(device)
+    path = resolve_model_path(model_path)
+    dtype = dtype or default_dtype(device, path)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_native_bf16():
@@ -53,7 +84,6 @@ def load(model_path: str | Path | None = None, dtype: str | None = None, device:
             "(prefill, verification) are slow. float32 is faster here.",
             file=sys.stderr,
         )
-    path = resolve_model_path(model_path)
     model = load_model(path, DTYPES[dtype], device)
     tokenizer = Tokenizer(path)
     if tokenizer.vocab_size > model.config.vocab_size:

@@ -86,7 +86,7 @@ def prepare(
     dtype: str | None = None,
 ) -> LaunchPlan:
     """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
-    from speculab.runtime import default_dtype
+    from speculab.runtime import hardware_dtype
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -105,7 +105,7 @@ def prepare(
         served_name=Path(target).name,
         program=(str(py), *e.modules(py)) if py else None,
         cpu=cpu,
-        dtype=dtype or (default_dtype("cpu") if cpu else None),
+        dtype=dtype or (hardware_dtype("cpu") if cpu else None),
         max_model_len=CPU_CONTEXT if cpu else None,
     )
     return e.plan(_with_drafter(request, run_dir))

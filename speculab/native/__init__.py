@@ -24,7 +24,10 @@ from speculab.cpu import cpu_flags, cpu_has_avx2_fma
 from speculab.files import cache_dir
 
 HERE = Path(__file__).parent
-SOURCES = tuple(HERE / f for f in ("module.cpp", "bf16_linear.cpp", "bf16_linear_avx512.cpp", "attention.cpp", "attention_avx512.cpp", "ops.cpp", "layers.cpp"))
+SOURCES = tuple(
+    HERE / f
+    for f in ("module.cpp", "bf16_linear.cpp", "bf16_linear_avx512.cpp", "attention.cpp", "attention_avx512.cpp", "ops.cpp", "layers.cpp")
+)
 HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h"))
 NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")

@@ -11,6 +11,7 @@
 // over the chunk's keys in order. So a row's result does not depend on the other rows, the batch or the threads.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -51,14 +52,21 @@ void transpose16(__m512 r[16]) {
 }
 
 // kt[e * ld + j] = key j's value e, for the chunk's n keys (zero past n, up to a multiple of 16).
-void transpose_keys(const float* k, int64_t kv_stride, int64_t n, int64_t d, float* kt, int64_t ld) {
-  for (int64_t j0 = 0; j0 < n; j0 += kLanes)
+// While it runs, the chunk's values are fetched ahead (prefetch): the hardware's streamer stops at each 4 KiB page.
+void transpose_keys(const float* k, const float* v, int64_t kv_stride, int64_t n, int64_t d, float* kt, int64_t ld) {
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    for (int64_t j = j0; j < std::min(n, j0 + kLanes); ++j)
+      for (int64_t e = 0; e < d; e += kLanes) {
+        _mm_prefetch(reinterpret_cast<const char*>(v + j * kv_stride + e), _MM_HINT_T0);
+        if (j + 2 * kLanes < n) _mm_prefetch(reinterpret_cast<const char*>(k + (j + 2 * kLanes) * kv_stride + e), _MM_HINT_T0);
+      }
     for (int64_t e0 = 0; e0 < d; e0 += kLanes) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i) r[i] = j0 + i < n ? _mm512_loadu_ps(k + (j0 + i) * kv_stride + e0) : _mm512_setzero_ps();
       transpose16(r);
       for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (e0 + i) * ld + j0, r[i]);
     }
+  }
 }
 
 // scores[r * ld + j] = scale * (q_r . k_j) for RB rows and G groups of 16 keys from key g0 * 16.
@@ -144,7 +152,7 @@ bool chunk_partials_avx512(const AttentionChunk& c, AttentionPartial* partials, 
   const int64_t n = c.j1 - c.j0, groups = (n + kLanes - 1) / kLanes, ld = groups * kLanes;
   buffer.resize(c.d * ld + c.rows * ld);
   float *kt = buffer.data(), *scores = kt + c.d * ld;
-  transpose_keys(c.k + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt, ld);
+  transpose_keys(c.k + c.j0 * c.kv_stride, c.v + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt, ld);
   int64_t r = 0;
   for (; r + 4 <= c.rows; r += 4) score_rows<4>(c.q + r * c.d, c.d, kt, ld, groups, c.scale, scores + r * ld);
   const float* qr = c.q + r * c.d;
