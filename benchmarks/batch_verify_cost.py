@@ -4,7 +4,7 @@ Every request has a 1,200-token context. For batch size B, a verify of q tokens 
 forward(B, q); with a perfect, free drafter a step then emits q tokens per request, so
 q · forward(B, 1) / forward(B, q) is the most speculation can gain at that batch size on this
 machine (the ceiling). Usage: python benchmarks/batch_verify_cost.py [--batch-sizes 1 4 16]
-[--qs 1 2 3 4 8] [--repeats 7]. Medians of interleaved repeats; the last stdout line is one JSON document.
+[--qs 1 2 3 4 8] [--repeats 7] [--dtype float32]. Medians of interleaved repeats with [min, max]; the last stdout line is one JSON document.
 """
 
 import argparse
@@ -15,6 +15,8 @@ import time
 
 import torch
 
+from speculab.cpu import reported_cpu_flags
+from speculab.models.linear import linear_kind
 from speculab.models.llama import causal_batch, prefill
 from speculab.runtime import load
 
@@ -54,18 +56,22 @@ def main() -> None:
     model = load(None, args.dtype).model
     results = []
     for b in args.batch_sizes:
-        ms = measure(model, b, args.qs, args.repeats)
+        runs = measure_runs(model, b, args.qs, args.repeats)
+        ms = {q: statistics.median(t) for q, t in runs.items()}
         for q in args.qs:
             row = {
                 "batch_size": b,
                 "q": q,
                 "ms": round(ms[q], 2),
+                "min": round(min(runs[q]), 2),
+                "max": round(max(runs[q]), 2),
                 "relative": round(ms[q] / ms[1], 3),
                 "ceiling_speedup": round(q * ms[1] / ms[q], 3),
             }
             results.append(row)
             print(row, file=sys.stderr)
-    print(json.dumps({"dtype": args.dtype, "context": CONTEXT, "threads": torch.get_num_threads(), "results": results}))
+    record = {"dtype": args.dtype, "cpu_flags": reported_cpu_flags(), "linear_kernels": linear_kind(model), "context": CONTEXT}
+    print(json.dumps(record | {"threads": torch.get_num_threads(), "results": results}))
 
 
 if __name__ == "__main__":
