@@ -111,10 +111,13 @@ def prepack_linears(module: nn.Module, kernels=None) -> int:
 
 
 def linear_kind(model: nn.Module) -> str:
-    """What runs ``model``'s linear layers, for result records: "native-bf16", "onednn-packed" or "pytorch"."""
+    """What runs ``model``'s linear layers, for result records.
+
+    "native-bf16" (the AVX2 kernels), "native-bf16-avx512", "onednn-packed" or "pytorch".
+    """
     for module in model.modules():
         if isinstance(module, NativeLinear):
-            return "native-bf16"
+            return "native-bf16-avx512" if module.kernels.avx512_in_use() else "native-bf16"
         if isinstance(module, PackedLinear):
             return "onednn-packed"
     return "pytorch"

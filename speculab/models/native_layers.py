@@ -17,12 +17,15 @@ from speculab.models.linear import NativeLinear
 
 # Forwards of at most this many new tokens per row (decode steps, verifies of chains and small trees) use the
 # native attention, 1.2-2x faster there; longer ones (big trees, prefill chunks) ATen's flash attention, which
-# is faster from about 12 query rows per KV head on (benchmarks/forward_kernels.py).
+# is faster from about 12 query rows per KV head on with the AVX2 kernel (benchmarks/forward_kernels.py). The
+# AVX512 kernel, which reads keys and values once for all of a KV head's rows, is as fast as flash attention up
+# to q = 32 at least (BENCHMARKS.md, issue 26), so there every verify tree up to 64 nodes keeps the bit-identity.
 ATTENTION_MAX_Q = 8
+ATTENTION_MAX_Q_AVX512 = 64
 
 
 class NativeLayers:
-    def __init__(self, model, kernels, attention_max_q: int = ATTENTION_MAX_Q):
+    def __init__(self, model, kernels, attention_max_q: int | None = None):
         empty = torch.empty(0)
         self.kernels = kernels
         self.attention_max_q = attention_max_q
@@ -55,6 +58,12 @@ class NativeLayers:
             return None
         return cls(model, linears[0].kernels)
 
+    def native_attention_max_q(self) -> int:
+        """The most new tokens per row that the native attention takes (more: ATen's flash attention)."""
+        if self.attention_max_q is not None:
+            return self.attention_max_q
+        return ATTENTION_MAX_Q_AVX512 if self.kernels.avx512_in_use() else ATTENTION_MAX_Q
+
     def __call__(self, x: Tensor, batch, cache, cos: Tensor, sin: Tensor, mask: Tensor, capture_layers: tuple[int, ...]):
         """x: [batch, q, hidden] → (x after the last layer, {layer: [batch, q, hidden] entering it})."""
         c = self.config
@@ -74,6 +83,6 @@ class NativeLayers:
             c.head_dim,
             c.rms_norm_eps,
             sorted(capture_layers),
-            self.attention_max_q,
+            self.native_attention_max_q(),
         )
         return x, dict(zip(sorted(capture_layers), captured))

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "attention.h"
+#include "bf16_linear.h"
 
 #if defined(__AVX512F__)
 
@@ -148,7 +149,7 @@ void softmax_row(float* s, const float* mask, int64_t n, int64_t padded, Attenti
 }  // namespace
 
 bool chunk_partials_avx512(const AttentionChunk& c, AttentionPartial* partials, float* out, std::vector<float>& buffer) {
-  if (c.d % kLanes || c.d > 128) return false;
+  if (!avx512_in_use() || c.d % kLanes || c.d > 128) return false;
   const int64_t n = c.j1 - c.j0, groups = (n + kLanes - 1) / kLanes, ld = groups * kLanes;
   buffer.resize(c.d * ld + c.rows * ld);
   float *kt = buffer.data(), *scores = kt + c.d * ld;

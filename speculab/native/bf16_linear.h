@@ -10,3 +10,7 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
 // (res +) x[m, k] @ W.T. Returns false, computing nothing, when built without AVX512F.
 bool bf16_linear_avx512(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t panels, float* y, int64_t n,
                         const float* res);
+// Whether the AVX512 kernels (linear and attention) run where the CPU has them; false runs the AVX2 ones, for
+// benchmarks that set the two side by side and tests that hold them equal. Returns the previous setting.
+bool use_avx512(bool on);
+bool avx512_in_use();

@@ -16,6 +16,24 @@
 
 #include "bf16_linear.h"
 
+namespace {
+bool avx512_on = true;
+}  // namespace
+
+bool use_avx512(bool on) {
+  const bool before = avx512_on;
+  avx512_on = on;
+  return before;
+}
+
+bool avx512_in_use() {
+#if defined(__AVX512F__)
+  return avx512_on;
+#else
+  return false;
+#endif
+}
+
 #if defined(__AVX512F__)
 
 namespace {
@@ -77,6 +95,7 @@ constexpr RowsBlock kRowsBlock[kMaxRows + 1] = {nullptr,        rows_block<1>, r
 
 bool bf16_linear_avx512(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t panels, float* y, int64_t n,
                         const float* res) {
+  if (!avx512_on) return false;
   // Each thread takes a contiguous range of panels (an even share). With one block of rows it runs through the
   // range once; with several, a few panels at a time (kept in the L1/L2 cache) against every block of rows.
   const int64_t step = m > kMaxRows ? 2 * panels_for<kMaxRows>() : panels;

@@ -14,5 +14,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of fp32 rows, each alone");
   m.def("silu_mul", &silu_mul, "silu(gate) * up of [rows, 2*I] fp32");
   m.def("rope_and_write", &rope_and_write, "RoPE on q and k, keys and values written into the layer's cache");
+  m.def("use_avx512", &use_avx512, "run the AVX512 kernels where the CPU has them (false: the AVX2 ones); returns the previous setting");
+  m.def("avx512_in_use", &avx512_in_use, "whether the AVX512 kernels run");
   m.def("decoder_layers", &decoder_layers, "the decoder layers of models/llama.py on speculab's kernels");
 }

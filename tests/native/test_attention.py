@@ -9,11 +9,14 @@ from speculab import native
 NEG = float("-inf")
 
 
-@pytest.fixture(scope="module")
-def kernels():
+@pytest.fixture(scope="module", params=[True, False], ids=["avx512-where-present", "avx2"])
+def kernels(request):
+    """The kernels, once with the AVX512 attention (where the CPU has AVX512F) and once with the AVX2 one."""
     module = native.kernels()
     assert module is not None, f"native kernels not built ({native.disabled_reason() or native.build_dir()}): run `make setup`"
-    return module
+    before = module.use_avx512(request.param)
+    yield module
+    module.use_avx512(before)
 
 
 def case(batch, rows, length, head_dim=64, heads=3, seed=0):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from speculab import native
+from speculab.cpu import cpu_flags
 from speculab.models.linear import NativeLinear, is_bf16_exact, native_kernels_for
 
 
@@ -103,3 +104,19 @@ def test_every_output_is_the_fma_chain_in_k_order(kernels, m):
     w = bf16_weight(200, 64, seed=m)
     x = torch.randn(m, 64, generator=torch.Generator().manual_seed(100 + m))
     assert torch.equal(kernels.linear(x, kernels.pack(w), 200, None), fma_chain(x, w))
+
+
+def test_the_avx2_and_avx512_kernels_give_the_same_bits(kernels):
+    """On an AVX512 CPU both kernel sets run (the switch picks); elsewhere the switch must say AVX512 is not in use."""
+    w = kernels.pack(bf16_weight(300, 576, seed=7))
+    x = torch.randn(21, 576, generator=torch.Generator().manual_seed(7))
+    residual = torch.randn(21, 300)
+    wide = kernels.linear(x, w, 300, None, residual)
+    before = kernels.use_avx512(False)
+    try:
+        assert not kernels.avx512_in_use()
+        narrow = kernels.linear(x, w, 300, None, residual)
+    finally:
+        kernels.use_avx512(before)
+    assert kernels.avx512_in_use() == ("avx512f" in cpu_flags())
+    assert torch.equal(wide, narrow)
