@@ -11,7 +11,7 @@ picks here (fp32 activations over bf16 weights with the native kernels, or bf16 
 - the arithmetic of q tokens per row (linears, lm_head, attention) at the FMA peak;
 - the crossover q: the most tokens per row whose arithmetic still hides under the memory floor.
 Usage: python benchmarks/machine_floor.py [--dtype float32] [--context 1200]. The last stdout line is one JSON
-document; ``forward_kernels.py`` and ``batch_verify_cost.py`` state their times as fractions of this floor.
+document; ``forward_floor.py`` states a forward's time as a share of this floor.
 """
 
 import argparse
