@@ -27,6 +27,14 @@ def engine_label(engine: str, spec: MethodSpec) -> str:
     return f"{engine}:{spec.label}"
 
 
+def peer_dtype(cfg, target: Path) -> str:
+    """The dtype a launched engine runs in: the one speculab's own cells run in (``--dtype``, else speculab's pick
+    for the target), so that both sides' greedy outputs and acceptance are comparable token for token."""
+    from speculab.runtime import default_dtype
+
+    return cfg.dtype or default_dtype(model_path=target)
+
+
 def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
     """Every method's command for every launched engine, written before anything runs: a method the installed
     engine version cannot run is an error now, not after the in-process cells."""
@@ -34,7 +42,8 @@ def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
 
     for engine in engines:
         for spec in cfg.methods:
-            prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=cfg.dtype, print_only=True)
+            dtype = peer_dtype(cfg, target)
+            prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=dtype, print_only=True)
 
 
 def measure_engine(
@@ -63,7 +72,7 @@ def measure_engine(
         if not sizes:
             continue
         servers = out / "servers"
-        plan = prepare(engine, spec, target, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=cfg.dtype)
+        plan = prepare(engine, spec, target, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=peer_dtype(cfg, target))
         if bar is not None:
             bar.set_postfix_str(f"starting {label}")
         with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=progress):

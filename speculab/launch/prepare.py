@@ -4,8 +4,8 @@ Knows: the engine registry (vLLM, SGLang); that a launch here runs vLLM from its
 (made on first use) and SGLang from a Python the user names; that an ``--engine-version`` given
 for ``--print`` alone describes another machine (the engine's own console script, no CPU
 settings); the drafter each method needs (the spec's, exported into the run folder in the
-engine's layout); and the settings of a CPU run (speculab's dtype here, eager mode, 2,048 tokens
-of context).
+engine's layout); and the settings of a CPU run (the dtype the CPU computes natively unless one is
+given, eager mode, 2,048 tokens of context).
 
 Does not know: flags (``vllm.py``, ``sglang.py``) or processes (``server.py``).
 """

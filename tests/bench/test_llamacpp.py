@@ -56,7 +56,7 @@ def test_compare_llamacpp_end_to_end(llama_env, capsys):
                 "compare",
                 "llama.cpp",
                 "--quant",
-                "bf16",
+                "f32",
                 "--dtype",
                 "float32",
                 "--max-tokens",
@@ -70,6 +70,8 @@ def test_compare_llamacpp_end_to_end(llama_env, capsys):
         == 0
     )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["peer"] == "llama.cpp" and result["gguf"].endswith("BF16.gguf") and result["llama_cpp_version"] == "0.3.36"
-    # the same dequantised weights on both sides: greedy tokens agree but for rounding near-ties
+    assert result["peer"] == "llama.cpp" and result["gguf"].endswith("F32.gguf") and result["llama_cpp_version"] == "0.3.36"
+    # the same dequantised weights on both sides, both computed in fp32: greedy tokens agree but for rounding near-ties.
+    # (An F32 GGUF, since llama.cpp computes a BF16 one in bf16 on CPUs with AVX512-BF16/AMX: on such a Xeon its
+    # output parted from fp32 at the second of 8 tokens, 25% agreement; the BF16 conversion is tested above.)
     assert result["greedy_agreement"] >= 0.5, result
