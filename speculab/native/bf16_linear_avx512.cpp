@@ -40,6 +40,10 @@ namespace {
 
 constexpr int64_t kCols = 16;    // a panel's width: one zmm of fp32
 constexpr int64_t kMaxRows = 8;  // rows in a block
+// Each panel's weights are fetched 64 k ahead (2 KiB), by software: the hardware's streamer stops at every 4 KiB
+// page, and a panel spans several. Measured on the model's four matrix shapes (sum, AVX512 Xeon): 15% faster at
+// 1 row, 25-30% at 4-8 rows, 20% at 16; 32, 48, 96 and 128 k ahead were each slower than 64.
+constexpr int64_t kPrefetchK = 64;
 
 inline __m512 widen16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -61,6 +65,8 @@ void block(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p0
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const uint16_t* panel = w + p0 * k * kCols;
   for (int64_t i = 0; i < k; ++i) {
+    if (!(i & 1))  // a 64-byte line holds two k of a panel
+      for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(panel + (p * k + i + kPrefetchK) * kCols), _MM_HINT_T0);
     __m512 wv[P];
     for (int p = 0; p < P; ++p) wv[p] = widen16(panel + (p * k + i) * kCols);
     for (int r = 0; r < MR; ++r) {
