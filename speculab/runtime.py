@@ -57,7 +57,7 @@ def default_dtype(device: str | None = None, model_path: str | Path | None = Non
     once: large batches times long verifies). ``model_path`` None is the embedded model.
     """
     device = device or default_device()
-    if device == "cpu" and cpu_has_native_bf16() and native.kernels() is not None and stored_in_bf16(resolve_model_path(model_path)):
+    if device == "cpu" and native.kernels() is not None and stored_in_bf16(resolve_model_path(model_path)):
         return "float32"
     return hardware_dtype(device)
 

@@ -40,9 +40,9 @@ def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
     engine version cannot run is an error now, not after the in-process cells."""
     from speculab.launch.prepare import prepare
 
+    dtype = peer_dtype(cfg, target)
     for engine in engines:
         for spec in cfg.methods:
-            dtype = peer_dtype(cfg, target)
             prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=dtype, print_only=True)
 
 
