@@ -1,0 +1,47 @@
+"""speculab's dtype choice: fp32 for a bf16 checkpoint wherever the native kernels run, else the CPU's native dtype."""
+
+import json
+
+import pytest
+
+from speculab import native, runtime
+
+
+def checkpoint(tmp_path, **config):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "config,expected",
+    [({"dtype": "bfloat16"}, True), ({"torch_dtype": "bfloat16"}, True), ({"torch_dtype": "float32"}, False), ({}, False)],
+)
+def test_the_stored_dtype_is_read_from_the_config(tmp_path, config, expected):
+    assert runtime.stored_in_bf16(checkpoint(tmp_path, **config)) is expected
+
+
+def test_an_unreadable_config_is_not_bf16(tmp_path):
+    assert not runtime.stored_in_bf16(tmp_path)  # no config.json
+    (tmp_path / "config.json").write_text("{not json")
+    assert not runtime.stored_in_bf16(tmp_path)
+
+
+def test_a_bf16_checkpoint_runs_in_fp32_on_the_native_kernels(tmp_path, monkeypatch):
+    bf16 = checkpoint(tmp_path, dtype="bfloat16")
+    monkeypatch.setattr(native, "kernels", lambda: object())  # built, whatever this CPU is
+    assert runtime.default_dtype("cpu", bf16) == "float32"
+    monkeypatch.setattr(native, "kernels", lambda: None)  # not built: what the CPU computes natively
+    assert runtime.default_dtype("cpu", bf16) == runtime.hardware_dtype("cpu")
+
+
+def test_an_fp32_checkpoint_keeps_the_cpus_native_dtype(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "kernels", lambda: object())
+    assert runtime.default_dtype("cpu", checkpoint(tmp_path, torch_dtype="float32")) == runtime.hardware_dtype("cpu")
+
+
+def test_hardware_dtype_follows_the_cpu(monkeypatch):
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    assert runtime.hardware_dtype("cpu") == "bfloat16"
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    assert runtime.hardware_dtype("cpu") == "float32"
+    assert runtime.hardware_dtype("cuda") == "bfloat16"
