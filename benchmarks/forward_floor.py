@@ -18,25 +18,14 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import torch
 from batch_verify_cost import CONTEXT, measure_runs  # this script's folder is on sys.path
-from machine_floor import forward_shape, read_bandwidth_gbs
+from machine_floor import forward_shape, read_bandwidth_gbs, timed
 
 from speculab.cpu import cpu_flags, cpu_has_native_bf16, reported_cpu_flags
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
-
-
-def timed_ms(fn, repeats: int) -> list[float]:
-    fn()
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - began) * 1e3)
-    return times
 
 
 def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
@@ -63,7 +52,7 @@ def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
         for layer in cache:
             kernels.cached_attention(query, layer[:, : c.num_kv_heads], layer[:, c.num_kv_heads :], mask)
 
-    return {"linears": statistics.median(timed_ms(linears, repeats)), "attention": statistics.median(timed_ms(attention, repeats))}
+    return {"linears": statistics.median(timed(linears, repeats)) * 1e3, "attention": statistics.median(timed(attention, repeats)) * 1e3}
 
 
 def variant_models() -> dict[str, object]:
@@ -106,16 +95,14 @@ def main() -> None:
     assert args.qs[0] == 1, "the first q must be 1: the others are stated relative to it"
     models = variant_models()
     native = models["native"]
+    variants = [("native-avx512", 4, native)] if "avx512f" in cpu_flags() else []
+    variants.append(("native-avx2", 4, native))
+    if "onednn-bf16" in models:
+        variants.append(("onednn-bf16", 2, models["onednn-bf16"]))
     kinds = {}
     cells = []
     bandwidth = statistics.median(read_bandwidth_gbs(1 << 30, 5))  # once, so every variant is set against one floor
-    for name, kv_bytes, model in (
-        ("native-avx512", 4, native),
-        ("native-avx2", 4, native),
-        *((("onednn-bf16", 2, models["onednn-bf16"]),) if "onednn-bf16" in models else ()),
-    ):
-        if name == "native-avx512" and "avx512f" not in cpu_flags():
-            continue
+    for name, kv_bytes, model in variants:
         if model.native_layers is not None:
             model.native_layers.kernels.use_avx512(name == "native-avx512")
         kinds[name] = linear_kind(model)

@@ -32,17 +32,16 @@ inline __m256 sum8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-using Partial = AttentionPartial;
-
-// One (batch, head, chunk): every row's partial softmax over keys [j0, j1).
-void chunk_partials(const float* q, int64_t q_row_stride, int64_t rows, const float* k, const float* v, int64_t kv_stride,
-                    const float* mask, int64_t mask_row_stride, int64_t j0, int64_t j1, int64_t d, float scale,
-                    Partial* partials, float* out, std::vector<float>& scores, const float* zeros) {
+// One (batch, head, chunk): every row's partial softmax over keys [j0, j1), one row at a time.
+void chunk_partials(const AttentionChunk& c, AttentionPartial* partials, float* out, std::vector<float>& scores, const float* zeros) {
+  const float *q = c.q, *k = c.k, *v = c.v, *mask = c.mask;
+  const int64_t rows = c.rows, kv_stride = c.kv_stride, mask_row_stride = c.mask_row_stride, j0 = c.j0, j1 = c.j1, d = c.d;
+  const float scale = c.scale;
   const int64_t n = j1 - j0, groups = (n + 7) / 8, vecs = d / 8;
   scores.resize(groups * 8);
   const __m256 scale_v = _mm256_set1_ps(scale);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* qr = q + r * q_row_stride;
+    const float* qr = q + r * d;
     const float* mr = mask + r * mask_row_stride + j0;
     // scores, eight keys at a time (a short last group reads zero keys, then masked)
     for (int64_t g = 0; g < groups; ++g) {
@@ -103,7 +102,7 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
   const int64_t chunks = (length + kChunk - 1) / kChunk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto partial_out = torch::empty({bsz, heads, chunks, rows, d}, query.options());
-  std::vector<Partial> partials(bsz * heads * chunks * rows);
+  std::vector<AttentionPartial> partials(bsz * heads * chunks * rows);
   const float *qp = query.data_ptr<float>(), *kp = keys.data_ptr<float>(), *vp = values.data_ptr<float>(), *mp = mask.data_ptr<float>();
   float* pp = partial_out.data_ptr<float>();
   at::parallel_for(0, bsz * heads * chunks, 1, [&](int64_t t0, int64_t t1) {
@@ -115,10 +114,8 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
       const AttentionChunk chunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
                                  vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
                                  mask.stride(2), j0, j1, d, scale};
-      if (chunk_partials_avx512(chunk, &partials[t * rows], pp + t * rows * d, scores)) continue;
-      chunk_partials(qp + (b * heads + h) * rows * d, d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
-                     vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
-                     mask.stride(2), j0, j1, d, scale, &partials[t * rows], pp + t * rows * d, scores, zeros.data());
+      if (!chunk_partials_avx512(chunk, &partials[t * rows], pp + t * rows * d, scores))
+        chunk_partials(chunk, &partials[t * rows], pp + t * rows * d, scores, zeros.data());
     }
   });
   // Merge each row's chunks in order.
@@ -134,7 +131,7 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
       if (m == kNegInf) continue;
       float total = 0.f;
       for (int64_t c = 0; c < chunks; ++c) {
-        const Partial& part = partials[(bh * chunks + c) * rows + r];
+        const AttentionPartial& part = partials[(bh * chunks + c) * rows + r];
         if (part.max == kNegInf) continue;
         const float w = std::exp(part.max - m);
         total += w * part.sum;
