@@ -111,9 +111,15 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / (heads * chunks), h = (t / chunks) % heads, c = t % chunks;
       const int64_t j0 = c * kChunk, j1 = std::min(length, j0 + kChunk);
-      const AttentionChunk chunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
-                                 vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
-                                 mask.stride(2), j0, j1, d, scale};
+      AttentionChunk chunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
+                           vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
+                           mask.stride(2), j0, j1, d, scale};
+      if (t + 1 < t1) {
+        const int64_t nb = (t + 1) / (heads * chunks), nh = ((t + 1) / chunks) % heads, nj0 = ((t + 1) % chunks) * kChunk;
+        chunk.next_k = kp + nb * keys.stride(0) + nh * keys.stride(1) + nj0 * keys.stride(2);
+        chunk.next_v = vp + nb * values.stride(0) + nh * values.stride(1) + nj0 * keys.stride(2);
+        chunk.next_n = std::min(length, nj0 + kChunk) - nj0;
+      }
       if (!chunk_partials_avx512(chunk, &partials[t * rows], pp + t * rows * d, scores))
         chunk_partials(chunk, &partials[t * rows], pp + t * rows * d, scores, zeros.data());
     }

@@ -21,6 +21,10 @@ struct AttentionChunk {
   const float* mask;  // [rows, length] additive, mask_row_stride apart
   int64_t mask_row_stride, j0, j1, d;
   float scale;
+  // The thread's next chunk (null when this is its last): its keys' and values' first rows and their count, fetched
+  // into L2 a few lines at a time during this chunk's arithmetic so that memory and arithmetic overlap.
+  const float *next_k = nullptr, *next_v = nullptr;
+  int64_t next_n = 0;
 };
 // The AVX512 version (attention_avx512.cpp): out [rows, d] unnormalised, partials [rows]. Returns false,
 // computing nothing, when built without AVX512F or when d is not a multiple of 16 up to 128.

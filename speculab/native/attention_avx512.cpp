@@ -27,6 +27,33 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// The next chunk's keys and values, fetched into L2 a few 64-byte lines a step. Why: a chunk's keys are read
+// (transposed) before its arithmetic and its values during it; without this, each thread waits on memory while
+// transposing and leaves the memory bus idle while it computes.
+class NextChunk {
+ public:
+  NextChunk(const AttentionChunk& c, int64_t steps) : k_(reinterpret_cast<const char*>(c.next_k)), v_(reinterpret_cast<const char*>(c.next_v)) {
+    if (!c.next_k) return;
+    lines_per_key_ = c.d * int64_t(sizeof(float)) / 64;
+    stride_ = c.kv_stride * int64_t(sizeof(float));
+    keys_ = c.next_n;
+    per_step_ = std::max<int64_t>(1, (keys_ * lines_per_key_ + steps - 1) / std::max<int64_t>(1, steps));
+  }
+  // Fetches the next per_step lines of keys and as many of values.
+  inline void step() {
+    for (int64_t i = 0; i < per_step_ && key_ < keys_; ++i) {
+      const int64_t at = key_ * stride_ + line_ * 64;
+      _mm_prefetch(k_ + at, _MM_HINT_T1);
+      _mm_prefetch(v_ + at, _MM_HINT_T1);
+      if (++line_ == lines_per_key_) line_ = 0, ++key_;
+    }
+  }
+
+ private:
+  const char *k_, *v_;
+  int64_t lines_per_key_ = 0, stride_ = 0, keys_ = 0, per_step_ = 0, key_ = 0, line_ = 0;
+};
+
 // 16 rows of 16 floats, transposed in registers (unpack by 32 and 64 bits, then exchange 128-bit lanes).
 void transpose16(__m512 r[16]) {
   __m512 t[16], u[16];
@@ -52,35 +79,39 @@ void transpose16(__m512 r[16]) {
   }
 }
 
-// kt[e * ld + j] = key j's value e, for the chunk's n keys (zero past n, up to a multiple of 16).
+// kt[(j / 16 * d + e) * 16 + j % 16] = key j's value e, for the chunk's n keys (zero past n, up to a multiple of
+// 16): each group of 16 keys is one contiguous d x 16 block. (A [d, keys] layout was 13-20% slower over the
+// attention: its rows lie a kilobyte apart, so the score loop strides and the stores alias the keys' loads.)
 // While it runs, the chunk's values are fetched into L2 and the keys two blocks ahead into L1 (prefetch): the
 // hardware's streamer stops at each 4 KiB page. Values to L2 rather than L1 measured 3-8% faster (interleaved,
 // batch 1 q = 1 and 4, batch 16); no prefetch at all 10-20% slower at batch 16.
-void transpose_keys(const float* k, const float* v, int64_t kv_stride, int64_t n, int64_t d, float* kt, int64_t ld) {
+void transpose_keys(const float* k, const float* v, int64_t kv_stride, int64_t n, int64_t d, float* kt) {
   for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
     for (int64_t j = j0; j < std::min(n, j0 + kLanes); ++j)
       for (int64_t e = 0; e < d; e += kLanes) {
         _mm_prefetch(reinterpret_cast<const char*>(v + j * kv_stride + e), _MM_HINT_T1);  // L2: L1 holds the keys
         if (j + 2 * kLanes < n) _mm_prefetch(reinterpret_cast<const char*>(k + (j + 2 * kLanes) * kv_stride + e), _MM_HINT_T0);
       }
+    float* block = kt + j0 * d;
     for (int64_t e0 = 0; e0 < d; e0 += kLanes) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i) r[i] = j0 + i < n ? _mm512_loadu_ps(k + (j0 + i) * kv_stride + e0) : _mm512_setzero_ps();
       transpose16(r);
-      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (e0 + i) * ld + j0, r[i]);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(block + (e0 + i) * kLanes, r[i]);
     }
   }
 }
 
-// scores[r * ld + j] = scale * (q_r . k_j) for RB rows and G groups of 16 keys from key g0 * 16.
+// scores[r * ld + j] = scale * (q_r . k_j) for RB rows and G groups of 16 keys from key g0 * 16 (kt as above).
 template <int RB, int G>
-void score_block(const float* q, int64_t d, const float* kt, int64_t ld, int64_t g0, float scale, float* scores) {
+void score_block(const float* q, int64_t d, const float* kt, int64_t ld, int64_t g0, float scale, float* scores, NextChunk& next) {
   __m512 acc[RB][G];
   for (int r = 0; r < RB; ++r)
     for (int g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
   for (int64_t e = 0; e < d; ++e) {
+    next.step();
     __m512 kv[G];
-    for (int g = 0; g < G; ++g) kv[g] = _mm512_loadu_ps(kt + e * ld + (g0 + g) * kLanes);
+    for (int g = 0; g < G; ++g) kv[g] = _mm512_loadu_ps(kt + ((g0 + g) * d + e) * kLanes);
     for (int r = 0; r < RB; ++r) {
       const __m512 qv = _mm512_set1_ps(q[r * d + e]);
       for (int g = 0; g < G; ++g) acc[r][g] = _mm512_fmadd_ps(qv, kv[g], acc[r][g]);
@@ -91,20 +122,38 @@ void score_block(const float* q, int64_t d, const float* kt, int64_t ld, int64_t
     for (int g = 0; g < G; ++g) _mm512_storeu_ps(scores + r * ld + (g0 + g) * kLanes, _mm512_mul_ps(acc[r][g], s));
 }
 
-template <int RB>
-void score_rows(const float* q, int64_t d, const float* kt, int64_t ld, int64_t groups, float scale, float* scores) {
+// Every row's scores over a group range of keys [g0, g0 + G) while those keys' transposed block stays in L1:
+// rows in blocks of 4, the last one to three rows together.
+template <int G>
+void score_groups(const float* q, int64_t rows, int64_t d, const float* kt, int64_t ld, int64_t g0, float scale, float* scores,
+                  NextChunk& next) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) score_block<4, G>(q + r * d, d, kt, ld, g0, scale, scores + r * ld, next);
+  switch (rows - r) {
+    case 3: score_block<3, G>(q + r * d, d, kt, ld, g0, scale, scores + r * ld, next); break;
+    case 2: score_block<2, G>(q + r * d, d, kt, ld, g0, scale, scores + r * ld, next); break;
+    case 1: score_block<1, G>(q + r * d, d, kt, ld, g0, scale, scores + r * ld, next); break;
+    default: break;
+  }
+}
+
+// Key groups outer, rows inner: a block of 4 groups of transposed keys (d * 64 floats) is read from L2 once and
+// reused from L1 by every block of rows.
+void score_rows(const float* q, int64_t rows, int64_t d, const float* kt, int64_t ld, int64_t groups, float scale, float* scores,
+                NextChunk& next) {
   int64_t g = 0;
-  for (; g + 4 <= groups; g += 4) score_block<RB, 4>(q, d, kt, ld, g, scale, scores);
-  for (; g < groups; ++g) score_block<RB, 1>(q, d, kt, ld, g, scale, scores);
+  for (; g + 4 <= groups; g += 4) score_groups<4>(q, rows, d, kt, ld, g, scale, scores, next);
+  for (; g < groups; ++g) score_groups<1>(q, rows, d, kt, ld, g, scale, scores, next);
 }
 
 // out[r] = sum_j p[r * ld + j] * v_j over the chunk's n keys, for RB rows and V vectors of 16 values each.
 template <int RB, int V>
-void value_block(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, float* out, int64_t d) {
+void value_block(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, float* out, int64_t d, NextChunk& next) {
   __m512 acc[RB][V];
   for (int r = 0; r < RB; ++r)
     for (int x = 0; x < V; ++x) acc[r][x] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
+    next.step();
     __m512 vv[V];
     for (int x = 0; x < V; ++x) vv[x] = _mm512_loadu_ps(v + j * kv_stride + x * kLanes);
     for (int r = 0; r < RB; ++r) {
@@ -116,11 +165,22 @@ void value_block(const float* p, int64_t ld, const float* v, int64_t kv_stride, 
     for (int x = 0; x < V; ++x) _mm512_storeu_ps(out + r * d + x * kLanes, acc[r][x]);
 }
 
+// Rows in blocks of RB, the remainder in one block of its own size (a lone row is latency-bound: V chains).
 template <int V, int RB = V <= 4 ? 6 : 3>
-void value_rows(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, int64_t rows, float* out, int64_t d) {
+void value_rows(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, int64_t rows, float* out, int64_t d,
+                NextChunk& next) {
   int64_t r = 0;
-  for (; r + RB <= rows; r += RB) value_block<RB, V>(p + r * ld, ld, v, kv_stride, n, out + r * d, d);
-  for (; r < rows; ++r) value_block<1, V>(p + r * ld, ld, v, kv_stride, n, out + r * d, d);
+  for (; r + RB <= rows; r += RB) value_block<RB, V>(p + r * ld, ld, v, kv_stride, n, out + r * d, d, next);
+  const float* pr = p + r * ld;
+  float* o = out + r * d;
+  switch (rows - r) {
+    case 5: if constexpr (RB > 5) value_block<5, V>(pr, ld, v, kv_stride, n, o, d, next); break;
+    case 4: if constexpr (RB > 4) value_block<4, V>(pr, ld, v, kv_stride, n, o, d, next); break;
+    case 3: if constexpr (RB > 3) value_block<3, V>(pr, ld, v, kv_stride, n, o, d, next); break;
+    case 2: value_block<2, V>(pr, ld, v, kv_stride, n, o, d, next); break;
+    case 1: value_block<1, V>(pr, ld, v, kv_stride, n, o, d, next); break;
+    default: break;
+  }
 }
 
 // Row r's softmax numerators over the chunk, in place: exp(score + mask - max), zero past n; its max and sum.
@@ -155,27 +215,22 @@ bool chunk_partials_avx512(const AttentionChunk& c, AttentionPartial* partials, 
   const int64_t n = c.j1 - c.j0, groups = (n + kLanes - 1) / kLanes, ld = groups * kLanes;
   buffer.resize(c.d * ld + c.rows * ld);
   float *kt = buffer.data(), *scores = kt + c.d * ld;
-  transpose_keys(c.k + c.j0 * c.kv_stride, c.v + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt, ld);
-  int64_t r = 0;
-  for (; r + 4 <= c.rows; r += 4) score_rows<4>(c.q + r * c.d, c.d, kt, ld, groups, c.scale, scores + r * ld);
-  const float* qr = c.q + r * c.d;
-  switch (c.rows - r) {  // the last one to three rows together
-    case 3: score_rows<3>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
-    case 2: score_rows<2>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
-    case 1: score_rows<1>(qr, c.d, kt, ld, groups, c.scale, scores + r * ld); break;
-    default: break;
-  }
-  for (r = 0; r < c.rows; ++r) softmax_row(scores + r * ld, c.mask + r * c.mask_row_stride + c.j0, n, ld, partials[r]);
+  transpose_keys(c.k + c.j0 * c.kv_stride, c.v + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt);
+  // The arithmetic's steps (score and value loop iterations), over which the next chunk's lines are spread.
+  const int64_t steps = (c.rows + 3) / 4 * ((groups + 3) / 4) * c.d + (c.rows + 5) / 6 * n;
+  NextChunk next(c, steps);
+  score_rows(c.q, c.rows, c.d, kt, ld, groups, c.scale, scores, next);
+  for (int64_t r = 0; r < c.rows; ++r) softmax_row(scores + r * ld, c.mask + r * c.mask_row_stride + c.j0, n, ld, partials[r]);
   const float* v = c.v + c.j0 * c.kv_stride;
   switch (c.d / kLanes) {
-    case 1: value_rows<1>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 2: value_rows<2>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 3: value_rows<3>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 4: value_rows<4>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 5: value_rows<5>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 6: value_rows<6>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    case 7: value_rows<7>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
-    default: value_rows<8>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d); break;
+    case 1: value_rows<1>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 2: value_rows<2>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 3: value_rows<3>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 4: value_rows<4>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 5: value_rows<5>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 6: value_rows<6>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    case 7: value_rows<7>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
+    default: value_rows<8>(scores, ld, v, c.kv_stride, n, c.rows, out, c.d, next); break;
   }
   return true;
 }
