@@ -139,9 +139,19 @@ def write_tiny_tokenizer(folder: Path, vocab_size: int) -> None:
 
 
 def write_eagle_head(
-    folder: Path, target_hf_config, seed: int = 0, fmt: str = "safetensors", bias: bool | None = True, own_embedding: bool = False
+    folder: Path,
+    target_hf_config,
+    seed: int = 0,
+    fmt: str = "safetensors",
+    bias: bool | None = True,
+    own_embedding: bool = False,
+    bf16_weights: bool = False,
 ) -> Path:
-    """An EAGLE-1 head with random weights, written in the published layout."""
+    """An EAGLE-1 head with random weights, written in the published layout.
+
+    ``bf16_weights`` rounds every weight to a bf16 number (stored in fp32): on a native-kernel target the head's
+    linears are then native too, and its layer runs in the C++ loop (``models/native_layers.py``).
+    """
     from safetensors.torch import save_file
 
     g = torch.Generator().manual_seed(seed)
@@ -149,7 +159,8 @@ def write_eagle_head(
     h, inter = c.hidden_size, c.intermediate_size
     d = h // c.num_attention_heads
     q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
-    rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.08  # noqa: E731
+    dtype = torch.bfloat16 if bf16_weights else torch.float32
+    rnd = lambda *shape: (torch.randn(*shape, generator=g) * 0.08).to(dtype).float()  # noqa: E731
     state = {
         "fc.weight": rnd(h, 2 * h),
         "layers.0.self_attn.q_proj.weight": rnd(q, h),

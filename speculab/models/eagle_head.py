@@ -9,6 +9,8 @@ feature)))``, whose logits come from the target's lm_head. The head reuses
 the target model file's attention and MLP, so its KV cache, positions and tree
 masks work exactly like the target's.
 
+Where its linears are native, its layer runs in the C++ loop (``native_layers.py``, no input RMSNorm).
+
 Does not know: how drafts are grown into a tree (``speculative/eagle.py``).
 """
 
@@ -25,6 +27,7 @@ from speculab.models.kv_cache import KVCache
 from speculab.models.linear import native_kernels_for, prepack_linears
 from speculab.models.llama import Block, ForwardBatch, Transformer, attention_mask, rope_inv_freq, rope_tables
 from speculab.models.loading import CheckpointError, iter_tensors
+from speculab.models.native_layers import NativeLayers
 
 
 class EagleHead(nn.Module):
@@ -37,6 +40,7 @@ class EagleHead(nn.Module):
         self.layer.input_layernorm = nn.Identity()  # EAGLE's layer 0 has none
         self.embed_tokens = nn.Embedding(config.vocab_size, h) if own_embedding else None
         self.register_buffer("inv_freq", rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling), persistent=False)
+        self.native_layers: NativeLayers | None = None  # the layer in C++ (native_layers.py), set by the loader when it applies
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         c, w = self.config, self.layer.post_attention_layernorm.weight  # fc may be prepacked: no .weight
@@ -66,6 +70,8 @@ class EagleHead(nn.Module):
         batch.prepare(self.config)
         cos, sin = rope_tables(batch.input_pos, self.inv_freq, dtype)
         mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, dtype)
+        if self.native_layers is not None:
+            return self.native_layers(x.contiguous(), batch, cache, cos, sin, mask, ())[0]
         return self.layer(x, cache.layer(0), batch, cos, sin, mask)
 
 
@@ -145,4 +151,7 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
     head = head.to(device).eval().requires_grad_(False)
     if prepack:  # inference only: the packed linears have no .weight to train or inspect
         prepack_linears(head, native_kernels_for(head))  # like the target's linears (models/linear.py)
+        # Its layer in the C++ loop where the linears are native: a head step is mostly per-op overhead in Python
+        # (1.60 -> 1.16 ms over 8 frontier nodes with the 4,096-token vocabulary, benchmarks/drafter_cost.py).
+        head.native_layers = NativeLayers.of_blocks([head.layer], config, input_norm=False)
     return head

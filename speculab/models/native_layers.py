@@ -1,7 +1,8 @@
 """The decoder layers run by speculab's C++ loop (``native/layers.cpp``) instead of the Python one.
 
 Knows: which of a Transformer's block tensors the C++ loop reads, in its order, and when it applies: every
-block linear is a ``NativeLinear`` (a bf16 checkpoint in fp32 with the kernels built). The C++ loop does
+block linear is a ``NativeLinear`` (a bf16 checkpoint in fp32 with the kernels built). An EAGLE-1/2 head's one
+layer (no input RMSNorm) runs on it too. The C++ loop does
 ``Block.forward``'s math with speculab's kernels (RMSNorm, RoPE written into the cache, attention, SiLU,
 residual sums in the matmuls' stores): the same results to fp32 rounding, each row computed alone, so a
 verify forward gives bit for bit what one-token forwards give.
@@ -25,14 +26,15 @@ ATTENTION_MAX_Q_AVX512 = 64
 
 
 class NativeLayers:
-    def __init__(self, model, kernels, attention_max_q: int | None = None):
+    def __init__(self, blocks, config, kernels, attention_max_q: int | None = None, input_norm: bool = True):
         empty = torch.empty(0)
         self.kernels = kernels
         self.attention_max_q = attention_max_q
-        self.config = model.config
+        self.config = config
+        self.input_norm = input_norm  # False: the blocks have no RMSNorm before attention (an EAGLE head's layer)
         self.params = [
             [
-                empty if layer.input_layernorm.weight is None else layer.input_layernorm.weight,
+                empty if not input_norm or layer.input_layernorm.weight is None else layer.input_layernorm.weight,
                 layer.self_attn.qkv_proj.packed,
                 empty if layer.self_attn.qkv_proj.bias is None else layer.self_attn.qkv_proj.bias,
                 layer.self_attn.o_proj.packed,
@@ -40,23 +42,26 @@ class NativeLayers:
                 layer.mlp.gate_up_proj.packed,
                 layer.mlp.down_proj.packed,
             ]
-            for layer in model.layers
+            for layer in blocks
         ]
 
     @classmethod
     def of(cls, model) -> NativeLayers | None:
         """The C++ loop for ``model``, or None when a block linear is not native (the Python loop runs)."""
+        return cls.of_blocks(list(model.layers), model.config)
+
+    @classmethod
+    def of_blocks(cls, blocks: list, config, input_norm: bool = True) -> NativeLayers | None:
+        """The C++ loop for these ``llama.Block``s (a model's, or an EAGLE head's one layer with
+        ``input_norm=False``), or None when one of their linears is not native."""
         linears = [
-            m
-            for layer in model.layers
-            for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+            m for layer in blocks for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
         ]
         if not linears or not all(isinstance(m, NativeLinear) for m in linears):
             return None
-        c = model.config
-        if c.head_dim % 16 or c.head_dim > 128 or c.hidden_size % 8:  # what rope_and_write and cached_attention take
+        if config.head_dim % 16 or config.head_dim > 128 or config.hidden_size % 8:  # what rope_and_write and cached_attention take
             return None
-        return cls(model, linears[0].kernels)
+        return cls(blocks, config, linears[0].kernels, input_norm=input_norm)
 
     def native_attention_max_q(self) -> int:
         """The most new tokens per row that the native attention takes (more: ATen's flash attention)."""
@@ -84,5 +89,6 @@ class NativeLayers:
             c.rms_norm_eps,
             sorted(capture_layers),
             self.native_attention_max_q(),
+            input_norm=self.input_norm,
         )
         return x, dict(zip(sorted(capture_layers), captured))

@@ -5,6 +5,7 @@
 // allocation. The math is the Python loop's (the reference and fallback), not its rounding: every row is
 // computed alone, in a fixed order, so a verify forward gives bit for bit what one-token forwards give.
 // Forwards of more than attention_max_q new tokens per row (prefill chunks) use ATen's flash attention.
+// An EAGLE-1/2 head's one layer runs here too (input_norm false: its layer has no input RMSNorm).
 #include "layers.h"
 
 #include "attention.h"
@@ -32,7 +33,8 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>> decoder_layers(
     torch::Tensor cos, torch::Tensor sin,         // [batch, 1, q, head_dim]
     torch::Tensor mask,                           // [batch, 1, group*q, length] additive
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps,
-    const std::vector<int64_t>& capture, int64_t attention_max_q) {
+    const std::vector<int64_t>& capture, int64_t attention_max_q,
+    bool input_norm) {                            // false: no RMSNorm before attention (an EAGLE head's layer)
   const int64_t bsz = x.size(0), q = x.size(1), hidden = x.size(2), length = mask.size(-1);
   const int64_t h = num_heads, hkv = num_kv_heads, d = head_dim;
   std::vector<torch::Tensor> captured;
@@ -43,7 +45,7 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>> decoder_layers(
     if (std::find(capture.begin(), capture.end(), static_cast<int64_t>(i)) != capture.end()) captured.push_back(x);
     auto layer_kv = kv.select(0, i);
     // attention
-    auto qkv = bf16_linear(rms_norm_rows(x, p[kNorm1], eps), p[kQkv], (h + 2 * hkv) * d, maybe(p[kQkvBias]));
+    auto qkv = bf16_linear(input_norm ? rms_norm_rows(x, p[kNorm1], eps) : x, p[kQkv], (h + 2 * hkv) * d, maybe(p[kQkvBias]));
     auto query = rope_and_write(qkv, cos, sin, layer_kv, rows, cache_pos, h, hkv, d);  // [batch, kv_heads, group*q, d]
     auto cached = row_start >= 0 ? layer_kv.slice(0, row_start, row_start + bsz) : layer_kv.index_select(0, rows);
     cached = cached.slice(2, 0, length);

@@ -51,6 +51,19 @@ def test_greedy_identical_to_baseline(tmp_path, hf_target, target, batch, topk, 
         assert r.stats.drafted_depth <= r.stats.steps * num_steps
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_bf16_head_runs_its_layer_in_cpp_and_stays_lossless(tmp_path, hf_target, target, batch):
+    """A head whose weights are bf16 numbers gets native linears and the C++ layer loop, whatever the target runs on."""
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config, seed=4, bf16_weights=True), target)
+    assert head.native_layers is not None, "native kernels not built: run `make setup`"
+    prompts = prompts_of([5 + (7 * i) % 11 for i in range(batch)], seed=5)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    assert all(r.stats.draft_tokens > 0 for r in spec)
+
+
 def test_tree_parents_precede_children_and_respect_budget(tmp_path, hf_target, target):
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     proposer = make_proposer("eagle", head=head, target=target, num_steps=4, topk=3, num_draft_tokens=10)
