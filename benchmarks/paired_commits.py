@@ -56,9 +56,9 @@ def measure_cells() -> dict[str, float]:
 
 def child(tree: Path) -> dict[str, float]:
     env = os.environ | {"PYTHONPATH": str(tree)}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child"], cwd=tempfile.gettempdir(), env=env, check=True, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, __file__, "--child"], cwd=tempfile.gettempdir(), env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the cells failed with {tree} first on the path:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -76,7 +76,12 @@ def main() -> None:
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.old], check=True, capture_output=True)
         try:
             for tree in (old, REPO):  # build both first, so no build runs beside a measurement
-                subprocess.run([sys.executable, "-m", "speculab.native"], env=os.environ | {"PYTHONPATH": str(tree)}, check=True)
+                subprocess.run(  # not from the checkout's folder: `-m` puts the working directory first on the path
+                    [sys.executable, "-m", "speculab.native"],
+                    cwd=tempfile.gettempdir(),
+                    env=os.environ | {"PYTHONPATH": str(tree)},
+                    check=True,
+                )
             runs = {"old": [], "new": []}
             for i in range(args.rounds):
                 for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
