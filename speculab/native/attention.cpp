@@ -105,20 +105,24 @@ torch::Tensor cached_attention(torch::Tensor query, torch::Tensor keys, torch::T
   std::vector<AttentionPartial> partials(bsz * heads * chunks * rows);
   const float *qp = query.data_ptr<float>(), *kp = keys.data_ptr<float>(), *vp = values.data_ptr<float>(), *mp = mask.data_ptr<float>();
   float* pp = partial_out.data_ptr<float>();
+  // Work unit t = (batch, head, chunk of keys).
+  const auto chunk_at = [&](int64_t t) {
+    const int64_t b = t / (heads * chunks), h = (t / chunks) % heads, c = t % chunks;
+    const int64_t j0 = c * kChunk, j1 = std::min(length, j0 + kChunk);
+    return AttentionChunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
+                          vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
+                          mask.stride(2), j0, j1, d, scale};
+  };
   at::parallel_for(0, bsz * heads * chunks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> scores;
     const std::vector<float> zeros(d, 0.f);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / (heads * chunks), h = (t / chunks) % heads, c = t % chunks;
-      const int64_t j0 = c * kChunk, j1 = std::min(length, j0 + kChunk);
-      AttentionChunk chunk{qp + (b * heads + h) * rows * d, rows, kp + b * keys.stride(0) + h * keys.stride(1),
-                           vp + b * values.stride(0) + h * values.stride(1), keys.stride(2), mp + b * mask.stride(0),
-                           mask.stride(2), j0, j1, d, scale};
-      if (t + 1 < t1) {
-        const int64_t nb = (t + 1) / (heads * chunks), nh = ((t + 1) / chunks) % heads, nj0 = ((t + 1) % chunks) * kChunk;
-        chunk.next_k = kp + nb * keys.stride(0) + nh * keys.stride(1) + nj0 * keys.stride(2);
-        chunk.next_v = vp + nb * values.stride(0) + nh * values.stride(1) + nj0 * keys.stride(2);
-        chunk.next_n = std::min(length, nj0 + kChunk) - nj0;
+      AttentionChunk chunk = chunk_at(t);
+      if (t + 1 < t1) {  // this thread's next unit, for the AVX512 kernel's prefetch
+        const AttentionChunk next = chunk_at(t + 1);
+        chunk.next_k = next.k + next.j0 * next.kv_stride;
+        chunk.next_v = next.v + next.j0 * next.kv_stride;
+        chunk.next_n = next.j1 - next.j0;
       }
       if (!chunk_partials_avx512(chunk, &partials[t * rows], pp + t * rows * d, scores))
         chunk_partials(chunk, &partials[t * rows], pp + t * rows * d, scores, zeros.data());
