@@ -28,6 +28,21 @@ from speculab.models.linear import linear_kind
 from speculab.runtime import load
 
 
+def attention_ms(model, batch: int, q: int, repeats: int) -> float:
+    """Median ms of the native attention alone over the model's layers' caches (1,200 tokens of context), q rows each."""
+    kernels, c = model.native_layers.kernels, model.config
+    cache = torch.randn(c.num_layers, batch, 2 * c.num_kv_heads, CONTEXT + q, c.head_dim)
+    group = c.num_heads // c.num_kv_heads
+    query = torch.randn(batch, c.num_kv_heads, group * q, c.head_dim)
+    mask = torch.zeros(batch, 1, group * q, CONTEXT + q)
+
+    def attention():
+        for layer in cache:
+            kernels.cached_attention(query, layer[:, : c.num_kv_heads], layer[:, c.num_kv_heads :], mask)
+
+    return statistics.median(timed(attention, repeats)) * 1e3
+
+
 def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
     """Median ms of the model's linears alone, and of its attention alone, on the rows of one (batch, q) step."""
     kernels, c = model.native_layers.kernels, model.config
@@ -43,16 +58,7 @@ def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
             kernels.linear(wide, p[6], c.hidden_size, None, x)
         model.lm_head(x)
 
-    cache = torch.randn(c.num_layers, batch, 2 * c.num_kv_heads, CONTEXT + q, c.head_dim)
-    group = c.num_heads // c.num_kv_heads
-    query = torch.randn(batch, c.num_kv_heads, group * q, c.head_dim)
-    mask = torch.zeros(batch, 1, group * q, CONTEXT + q)
-
-    def attention():
-        for layer in cache:
-            kernels.cached_attention(query, layer[:, : c.num_kv_heads], layer[:, c.num_kv_heads :], mask)
-
-    return {"linears": statistics.median(timed(linears, repeats)) * 1e3, "attention": statistics.median(timed(attention, repeats)) * 1e3}
+    return {"linears": statistics.median(timed(linears, repeats)) * 1e3, "attention": attention_ms(model, batch, q, repeats)}
 
 
 def variant_models() -> dict[str, object]:

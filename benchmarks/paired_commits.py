@@ -18,10 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import torch
 
 REPO = Path(__file__).resolve().parent.parent
 CELLS = [(1, 1), (1, 4), (1, 8), (1, 16), (16, 1), (16, 4)]
@@ -30,27 +27,17 @@ CELLS = [(1, 1), (1, 4), (1, 8), (1, 16), (16, 1), (16, 4)]
 def measure_cells() -> dict[str, float]:
     """In a child: ms of every cell with the speculab found first on the path."""
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from batch_verify_cost import CONTEXT, measure_runs
+    from batch_verify_cost import measure_runs
+    from forward_floor import attention_ms
 
     from speculab.runtime import load
 
     model = load(None, "float32").model
-    kernels, c = model.native_layers.kernels, model.config
     cells = {}
     for b in sorted({b for b, _ in CELLS}):
         runs = measure_runs(model, b, [q for bb, q in CELLS if bb == b], 5)
         cells |= {f"forward b{b} q{q}": statistics.median(t) for q, t in runs.items()}
-    for b, q in CELLS:
-        group = c.num_heads // c.num_kv_heads
-        cache = torch.randn(c.num_layers, b, 2 * c.num_kv_heads, CONTEXT + q, c.head_dim)
-        query, mask = torch.randn(b, c.num_kv_heads, group * q, c.head_dim), torch.zeros(b, 1, group * q, CONTEXT + q)
-        times = []
-        for _ in range(6):  # the first warms up
-            began = time.perf_counter()
-            for layer in cache:
-                kernels.cached_attention(query, layer[:, : c.num_kv_heads], layer[:, c.num_kv_heads :], mask)
-            times.append((time.perf_counter() - began) * 1e3)
-        cells[f"attention b{b} q{q}"] = statistics.median(times[1:])
+    cells |= {f"attention b{b} q{q}": attention_ms(model, b, q, 5) for b, q in CELLS}
     return cells
 
 

@@ -168,8 +168,11 @@ void value_block(const float* p, int64_t ld, const float* v, int64_t kv_stride, 
     for (int x = 0; x < V; ++x) _mm512_storeu_ps(out + r * d + x * kLanes, acc[r][x]);
 }
 
+// Rows a value block takes for V vectors of 16 values: RB * V accumulators and V values within 32 registers.
+constexpr int value_block_rows(int64_t v) { return v <= 4 ? 6 : 3; }
+
 // Rows in blocks of RB, the remainder in one block of its own size (a lone row is latency-bound: V chains).
-template <int V, int RB = V <= 4 ? 6 : 3>
+template <int V, int RB = value_block_rows(V)>
 void value_rows(const float* p, int64_t ld, const float* v, int64_t kv_stride, int64_t n, int64_t rows, float* out, int64_t d,
                 NextChunk& next) {
   int64_t r = 0;
@@ -220,7 +223,8 @@ bool chunk_partials_avx512(const AttentionChunk& c, AttentionPartial* partials, 
   float *kt = buffer.data(), *scores = kt + c.d * ld;
   transpose_keys(c.k + c.j0 * c.kv_stride, c.v + c.j0 * c.kv_stride, c.kv_stride, n, c.d, kt);
   // The arithmetic's loop iterations (scores, values), over which the next chunk's lines are spread.
-  NextChunk next(c, (c.rows + 3) / 4 * ((groups + 3) / 4) * c.d + (c.rows + 5) / 6 * n);
+  const int64_t value_rows_at_once = value_block_rows(c.d / kLanes);
+  NextChunk next(c, (c.rows + 3) / 4 * ((groups + 3) / 4) * c.d + (c.rows + value_rows_at_once - 1) / value_rows_at_once * n);
   score_rows(c.q, c.rows, c.d, kt, ld, groups, c.scale, scores, next);
   for (int64_t r = 0; r < c.rows; ++r) softmax_row(scores + r * ld, c.mask + r * c.mask_row_stride + c.j0, n, ld, partials[r]);
   const float* v = c.v + c.j0 * c.kv_stride;
