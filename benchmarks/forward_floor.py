@@ -1,6 +1,8 @@
 """A target forward against this machine's floor: T(q)/T(1), the share of the floor, and where the time goes.
 
 In one run, interleaved, medians of ``--repeats`` with [min, max], after a 1,200-token context per row:
+- ``native-amx``: speculab's fp32 path with the AMX linear kernel (``bf16_linear_amx.cpp``; the default where the
+  CPU has AMX) and the AVX512 attention, only where the CPU has AMX;
 - ``native-avx512``: speculab's fp32 path on a bf16 checkpoint (the default where the native kernels are built),
   with the AVX512 kernels (``bf16_linear_avx512.cpp``, ``attention_avx512.cpp``) where the CPU has AVX512F;
 - ``native-avx2``: the same path with the AVX2 kernels (the kernels before issue 26);
@@ -62,7 +64,14 @@ def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
 
 
 def variant_models() -> dict[str, object]:
+    """The models to set side by side; "native" packs its weights for the FMA kernels (the AVX512 and AVX2 variants)."""
     models = {"native": load(None, "float32").model}
+    kernels = models["native"].native_layers.kernels if models["native"].native_layers is not None else None
+    if kernels is not None and kernels.amx_in_use():
+        models["native-amx"] = models["native"]
+        kernels.use_amx(False)
+        models["native"] = load(None, "float32").model
+        kernels.use_amx(True)
     if cpu_has_native_bf16():
         models["onednn-bf16"] = load(None, "bfloat16").model
     return models
@@ -101,7 +110,8 @@ def main() -> None:
     assert args.qs[0] == 1, "the first q must be 1: the others are stated relative to it"
     models = variant_models()
     native = models["native"]
-    variants = [("native-avx512", 4, native)] if "avx512f" in cpu_flags() else []
+    variants = [("native-amx", 4, models["native-amx"])] if "native-amx" in models else []
+    variants += [("native-avx512", 4, native)] if "avx512f" in cpu_flags() else []
     variants.append(("native-avx2", 4, native))
     if "onednn-bf16" in models:
         variants.append(("onednn-bf16", 2, models["onednn-bf16"]))
@@ -110,7 +120,7 @@ def main() -> None:
     bandwidth = statistics.median(read_bandwidth_gbs(1 << 30, 5))  # once, so every variant is set against one floor
     for name, kv_bytes, model in variants:
         if model.native_layers is not None:
-            model.native_layers.kernels.use_avx512(name == "native-avx512")
+            model.native_layers.kernels.use_avx512(name != "native-avx2")
         kinds[name] = linear_kind(model)
         shape = forward_shape(model.config, CONTEXT, kv_bytes, 2)
         floors = {b: (shape["weight_bytes"] + b * shape["kv_bytes_per_sequence"]) / bandwidth / 1e6 for b in args.batch_sizes}

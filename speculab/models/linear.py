@@ -1,7 +1,8 @@
 """Linear layers for inference on the CPU: speculab's bf16-weight kernel, or oneDNN's prepacked matmul.
 
 Knows: that decoding is bound by reading the weights, so an fp32 model whose weights are all bf16 numbers
-(any bf16 checkpoint) is run by ``native/bf16_linear.cpp`` from bf16 storage, widened exactly to fp32:
+(any bf16 checkpoint) is run by ``native/bf16_linear.cpp`` from bf16 storage, widened exactly to fp32
+(on AMX CPUs ``native/bf16_linear_amx.cpp``: the same fp32 product on the tiles, its own rounding):
 half the traffic, the same fp32 product (on AVX2: 1.9-3.2x oneDNN's fp32 speed for 1-4 rows, 1.1-1.4x
 at 16, 0.9-1.3x at 64-256, ``benchmarks/linear_kernels.py``), and every row's result independent of the
 other rows in the call. Otherwise: that oneDNN's prepacked matmul (``mkldnn._reorder_linear_weight`` with
@@ -45,7 +46,8 @@ class NativeLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.kernels = kernels
-        self.packed = kernels.pack(linear.weight.detach().to(torch.bfloat16))  # [ceil(out/16), in, 16]
+        # [ceil(out/16), in, 16] for the FMA kernels, [ceil(out/16), in/2, 32] for the AMX one (kernels.use_amx)
+        self.packed = kernels.pack(linear.weight.detach().to(torch.bfloat16))
         self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -113,10 +115,12 @@ def prepack_linears(module: nn.Module, kernels=None) -> int:
 def linear_kind(model: nn.Module) -> str:
     """What runs ``model``'s linear layers, for result records.
 
-    "native-bf16" (the AVX2 kernels), "native-bf16-avx512", "onednn-packed" or "pytorch".
+    "native-bf16" (the AVX2 kernels), "native-bf16-avx512", "native-bf16-amx", "onednn-packed" or "pytorch".
     """
     for module in model.modules():
         if isinstance(module, NativeLinear):
+            if module.packed.shape[-1] == 32:  # the AMX kernel's layout
+                return "native-bf16-amx"
             return "native-bf16-avx512" if module.kernels.avx512_in_use() else "native-bf16"
         if isinstance(module, PackedLinear):
             return "onednn-packed"

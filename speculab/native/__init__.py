@@ -4,6 +4,8 @@ Knows: how to build the extension (``torch.utils.cpp_extension``, ninja, ``-O3 -
 build lives (the cache folder, keyed by torch's version, the sources' hash and the checkout and environment
 that build it, so a changed source or torch is rebuilt, never loaded stale, and two checkouts never rebuild
 each other's build), and when it cannot run here (no AVX2/FMA, or ``SPECULAB_NATIVE=0``).
+Also: on a CPU with AMX, weights are packed for the AMX kernel unless ``SPECULAB_AMX=0`` (the AVX512 FMA kernel
+instead: faster at one row, slower from 8 rows; BENCHMARKS.md, issue 26).
 Does not know: when a kernel pays (``models/linear.py`` decides); without a build, callers keep the
 pure-PyTorch path, which stays tested.
 """
@@ -26,7 +28,16 @@ from speculab.files import cache_dir
 HERE = Path(__file__).parent
 SOURCES = tuple(
     HERE / f
-    for f in ("module.cpp", "bf16_linear.cpp", "bf16_linear_avx512.cpp", "attention.cpp", "attention_avx512.cpp", "ops.cpp", "layers.cpp")
+    for f in (
+        "module.cpp",
+        "bf16_linear.cpp",
+        "bf16_linear_avx512.cpp",
+        "bf16_linear_amx.cpp",
+        "attention.cpp",
+        "attention_avx512.cpp",
+        "ops.cpp",
+        "layers.cpp",
+    )
 )
 HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h"))
 NAME = "speculab_native"
@@ -78,4 +89,5 @@ def kernels() -> ModuleType | None:
     spec = importlib.util.spec_from_file_location(NAME, library)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.use_amx(os.environ.get("SPECULAB_AMX", "1") != "0")
     return module

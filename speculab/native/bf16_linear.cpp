@@ -115,6 +115,7 @@ void rows_kernel(int64_t mr, const float* x, const uint16_t* w, int64_t k, int64
 
 torch::Tensor bf16_pack(torch::Tensor w) {
   TORCH_CHECK(w.dim() == 2, "bf16_linear.pack: weight must be 2-D");
+  if (amx_in_use() && w.size(1) % 32 == 0) return amx_pack(w);
   const int64_t n = w.size(0), k = w.size(1), panels = (n + kPanelCols - 1) / kPanelCols;
   auto padded = torch::zeros({panels * kPanelCols, k}, w.options().dtype(torch::kBFloat16));
   padded.narrow(0, 0, n).copy_(w);
@@ -124,9 +125,11 @@ torch::Tensor bf16_pack(torch::Tensor w) {
 torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10::optional<torch::Tensor> bias,
                           c10::optional<torch::Tensor> residual) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32, "bf16_linear: x must be float32, got ", x.scalar_type());
-  TORCH_CHECK(packed.scalar_type() == torch::kBFloat16 && packed.dim() == 3 && packed.is_contiguous() && packed.size(2) == kPanelCols,
+  TORCH_CHECK(packed.scalar_type() == torch::kBFloat16 && packed.dim() == 3 && packed.is_contiguous() &&
+                  (packed.size(2) == kPanelCols || packed.size(2) == 2 * kPanelCols),
               "bf16_linear: weight must come from pack()");
-  const int64_t k = packed.size(1), panels = packed.size(0);
+  const bool amx_layout = packed.size(2) == 2 * kPanelCols;
+  const int64_t k = packed_in_features(packed), panels = packed.size(0);
   TORCH_CHECK(x.size(-1) == k, "bf16_linear: x has ", x.size(-1), " features, the weight expects ", k);
   TORCH_CHECK(n <= panels * kPanelCols && n > (panels - 1) * kPanelCols, "bf16_linear: n does not match the packed weight");
   auto x2 = x.reshape({-1, k}).contiguous();
@@ -144,7 +147,9 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
     res2 = residual->reshape({m, n}).contiguous();
     rp = res2.data_ptr<float>();
   }
-  if (bf16_linear_avx512(xp, m, wp, k, panels, yp, n, rp)) {
+  if (amx_layout) {
+    bf16_linear_amx(xp, m, wp, k, panels, yp, n, rp);  // bf16_linear_amx.cpp
+  } else if (bf16_linear_avx512(xp, m, wp, k, panels, yp, n, rp)) {
     // AVX512: bf16_linear_avx512.cpp, the same chains (false where the CPU has no AVX512F)
   } else if (m == 1) {
     // One row: four panels at a time, so eight independent accumulator chains hide the FMA latency.

@@ -14,3 +14,15 @@ bool bf16_linear_avx512(const float* x, int64_t m, const uint16_t* w, int64_t k,
 // benchmarks that set the two side by side and tests that hold them equal. Returns the previous setting.
 bool use_avx512(bool on);
 bool avx512_in_use();
+// The AMX kernel (bf16_linear_amx.cpp): its own packing, [panels, K/2, 32], and an fp32-accurate product on the
+// tiles. use_amx decides what bf16_pack makes from now on (true: the AMX layout where the CPU has AMX and K is a
+// multiple of 32); bf16_linear runs whichever kernel the packed weight's layout is for.
+torch::Tensor amx_pack(torch::Tensor w);
+void bf16_linear_amx(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t panels, float* y, int64_t n,
+                     const float* res);
+bool use_amx(bool on);
+bool amx_in_use();
+// The input features of a weight packed by bf16_pack, whichever layout it has.
+inline int64_t packed_in_features(const torch::Tensor& packed) {
+  return packed.size(2) == 32 ? 2 * packed.size(1) : packed.size(1);
+}

@@ -55,7 +55,7 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>> decoder_layers(
     out = out.view({bsz, h, q, d}).transpose(1, 2).reshape({bsz, q, h * d});
     x = bf16_linear(out, p[kOut], hidden, c10::nullopt, x);
     // MLP
-    const int64_t intermediate = p[kDown].size(1);  // the down projection's input width
+    const int64_t intermediate = packed_in_features(p[kDown]);  // the down projection's input width
     auto gate_up = bf16_linear(rms_norm_rows(x, p[kNorm2], eps), p[kGateUp], 2 * intermediate, c10::nullopt);
     x = bf16_linear(silu_mul(gate_up), p[kDown], hidden, c10::nullopt, x);
   }

@@ -1,4 +1,10 @@
-"""The native bf16-weight linear kernel: exact widening, fp32 accumulation, rows independent of each other."""
+"""The native bf16-weight linear kernels: exact widening, fp32 accumulation, rows independent of each other.
+
+Two layouts: the FMA kernels' panels (AVX2, AVX512) and, on CPUs with AMX, the AMX kernel's tiles; ``pack`` makes
+the AMX one when ``use_amx`` is on (the default) and the CPU has AMX. Each test says which it holds.
+"""
+
+import contextlib
 
 import pytest
 import torch
@@ -19,28 +25,63 @@ def bf16_weight(n: int, k: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, k, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
 
 
+@contextlib.contextmanager
+def amx(kernels, on: bool):
+    before = kernels.use_amx(on)
+    try:
+        yield
+    finally:
+        kernels.use_amx(before)
+
+
+def fma_pack(kernels, w: torch.Tensor) -> torch.Tensor:
+    with amx(kernels, False):
+        return kernels.pack(w)
+
+
+def amx_pack(kernels, w: torch.Tensor) -> torch.Tensor:
+    with amx(kernels, True):
+        if not kernels.amx_in_use():
+            pytest.skip("this CPU has no AMX (or the kernels were built without it)")
+        packed = kernels.pack(w)
+    assert packed.shape[-1] == 32, "a weight with a multiple of 32 input features takes the AMX layout"
+    return packed
+
+
+LAYOUTS = {"fma": fma_pack, "amx": amx_pack}
+
+
 # (out, in): the model's shapes, a tail that is not a multiple of 16 columns, and one under one panel
-@pytest.mark.parametrize("n,k", [(96, 64), (100, 72), (7, 8), (49, 576)])
+# the AMX layout only where it applies: a multiple of 32 input features (the other widths are tested below)
+SHAPES = [(layout, n, k) for layout in LAYOUTS for n, k in [(96, 64), (100, 72), (7, 8), (49, 576)] if layout == "fma" or k % 32 == 0]
+
+
+@pytest.mark.parametrize("layout,n,k", SHAPES)
 @pytest.mark.parametrize("m", [1, 2, 5, 6, 7, 13, 40])
-def test_matches_a_float64_reference(kernels, n, k, m):
+def test_matches_a_float64_reference(kernels, n, k, m, layout):
     w = bf16_weight(n, k)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
     bias = torch.randn(n)
-    got = kernels.linear(x, kernels.pack(w), n, bias)
+    got = kernels.linear(x, LAYOUTS[layout](kernels, w), n, bias)
     ref = (x.double() @ w.double().T + bias.double()).float()
     # fp32 accumulation over k terms: the error grows like sqrt(k) ulps of the terms' magnitude
     assert got.shape == (m, n)
     torch.testing.assert_close(got, ref, rtol=0, atol=2e-5 * k**0.5 * float(x.abs().max() * w.float().abs().max()))
 
 
-def test_each_row_is_bit_identical_whatever_shares_the_call(kernels):
-    """A verify forward over q rows gives exactly what q one-row forwards give (the lossless contract's basis)."""
-    w = kernels.pack(bf16_weight(200, 96, seed=1))
-    x = torch.randn(23, 96)
-    together = kernels.linear(x, w, 200, None)
-    for split in ([1] * 23, [5, 6, 12], [7, 16]):
-        parts = torch.cat([kernels.linear(part, w, 200, None) for part in x.split(split)])
-        assert torch.equal(parts, together)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_each_row_is_bit_identical_whatever_shares_the_call(kernels, layout):
+    """A verify forward over q rows gives exactly what q one-row forwards give (the lossless contract's basis).
+
+    The AMX kernel puts up to 16 rows in a tile, so 40 rows span tiles of 16, 16 and 8 and the splits change
+    which rows share a tile and how tall it is; the residual sum in the store is covered too.
+    """
+    w = LAYOUTS[layout](kernels, bf16_weight(200, 96, seed=1))
+    x, residual = torch.randn(40, 96), torch.randn(40, 200)
+    together = kernels.linear(x, w, 200, None, residual)
+    for split in ([1] * 40, [5, 6, 12, 17], [7, 16, 16, 1], [33, 7]):
+        parts = zip(x.split(split), residual.split(split), strict=True)
+        assert torch.equal(torch.cat([kernels.linear(xs, w, 200, None, r) for xs, r in parts]), together)
 
 
 def test_leading_dimensions_are_kept(kernels):
@@ -103,12 +144,12 @@ def test_every_output_is_the_fma_chain_in_k_order(kernels, m):
     """Bit for bit the chain, on AVX2 and AVX512 kernels alike, for every row count and a ragged last panel."""
     w = bf16_weight(200, 64, seed=m)
     x = torch.randn(m, 64, generator=torch.Generator().manual_seed(100 + m))
-    assert torch.equal(kernels.linear(x, kernels.pack(w), 200, None), fma_chain(x, w))
+    assert torch.equal(kernels.linear(x, fma_pack(kernels, w), 200, None), fma_chain(x, w))
 
 
 def test_the_avx2_and_avx512_kernels_give_the_same_bits(kernels):
     """On an AVX512 CPU both kernel sets run (the switch picks); elsewhere the switch must say AVX512 is not in use."""
-    w = kernels.pack(bf16_weight(300, 576, seed=7))
+    w = fma_pack(kernels, bf16_weight(300, 576, seed=7))
     x = torch.randn(21, 576, generator=torch.Generator().manual_seed(7))
     residual = torch.randn(21, 300)
     wide = kernels.linear(x, w, 300, None, residual)
@@ -120,3 +161,40 @@ def test_the_avx2_and_avx512_kernels_give_the_same_bits(kernels):
         kernels.use_avx512(before)
     assert kernels.avx512_in_use() == ("avx512f" in cpu_flags())
     assert torch.equal(wide, narrow)
+
+
+def test_the_amx_kernel_loses_no_bit_of_an_activation(kernels):
+    """x @ I.T is x itself: the three bf16 parts of every fp32 activation add back to it exactly (full 24-bit
+    mantissas, magnitudes from 1e-30 to 1e30, both signs)."""
+    k = 64
+    x = torch.randn(9, k) * torch.logspace(-30, 30, 9)[:, None]
+    assert (x.view(torch.int32) & 0xFFFF).count_nonzero() > 0.9 * x.numel()  # the low 16 bits are really used
+    identity = amx_pack(kernels, torch.eye(k, dtype=torch.bfloat16))
+    assert torch.equal(kernels.linear(x, identity, k, None), x)
+
+
+def test_the_amx_kernel_is_at_least_as_close_to_float64_as_the_fma_chain(kernels):
+    w = bf16_weight(3072, 576, seed=3)
+    x = torch.randn(16, 576, generator=torch.Generator().manual_seed(3))
+    ref = x.double() @ w.double().T
+    error = {name: (kernels.linear(x, pack(kernels, w), 3072, None).double() - ref).abs().max() for name, pack in LAYOUTS.items()}
+    assert error["amx"] <= error["fma"], error
+
+
+def test_the_amx_layout_needs_a_multiple_of_32_input_features(kernels):
+    """Other widths keep the FMA kernels' panels (tiny models' odd shapes), and the AMX switch off keeps them all."""
+    amx_pack(kernels, bf16_weight(8, 32))  # skips where there is no AMX
+    with amx(kernels, True):
+        assert kernels.pack(bf16_weight(8, 48)).shape == (1, 48, 16)
+    assert fma_pack(kernels, bf16_weight(8, 64)).shape == (1, 64, 16)
+
+
+def test_the_amx_switch_follows_the_environment(monkeypatch):
+    for value, expected in (("0", False), ("1", "amx_bf16" in cpu_flags())):
+        monkeypatch.setenv("SPECULAB_AMX", value)
+        native.kernels.cache_clear()
+        try:
+            assert native.kernels().amx_in_use() == expected
+        finally:
+            monkeypatch.undo()
+            native.kernels.cache_clear()
