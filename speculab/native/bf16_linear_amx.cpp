@@ -2,8 +2,8 @@
 //
 // Why: from 8 rows up the AVX512 kernel's FMAs no longer hide under the weight reads (8 rows cost 1.2-1.3x one row,
 // 16 rows 2x; benchmarks/amx_probe.py). AMX multiplies bf16 pairs at about sixteen times the FMA rate, enough to do
-// the fp32 product three times over and still wait on memory at 16 rows (gate|up: 1.15x one row, not 2x). The price:
-// one row streams its weights 5-10% slower than the FMA kernel (see kPrefetchBlocks for what was tried).
+// the fp32 product three times over and still wait on memory at 16 rows (gate|up: 1.18x one row, not 1.9x). The
+// price: one row streams its weights 3-8% slower than the FMA kernel (see kPrefetchBlocks for what was tried).
 //
 // How it stays an fp32 product: each activation is split exactly into three bf16 numbers, x = hi + mid + lo (hi
 // is x with its low 16 bits cleared, mid the same of x - hi, lo = x - hi - mid has at most 8 significant bits), and
@@ -47,7 +47,8 @@ constexpr int64_t kTileRows = 16;
 constexpr int64_t kGroup = 4;    // panels per pass: accumulators in tiles 0-3, x's three parts in 4-6, weights in 7
 // Each panel's weights are fetched into L1 two tiles (2 KiB) ahead. Measured on the gate|up and down shapes: 1 and 3-4
 // tiles ahead were within 2%, 6-8 ahead 5-15% slower, none 20% slower; fetching into L2 as well, further ahead (the
-// same panel or the next group's), was 5-20% slower; so were one interleaved stream per group and three panels a pass.
+// same panel or the next group's), 5-20% slower; the group's four panels interleaved into one stream 10-18% slower;
+// three panels a pass with two weight tiles taking turns, no better (BENCHMARKS.md, fifteenth session).
 constexpr int64_t kPrefetchBlocks = 2;
 
 // Linux hands a process the tile registers only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
@@ -158,6 +159,7 @@ void bf16_linear_amx(const float* x, int64_t m, const uint16_t* w, int64_t k, in
                      const float* res) {
   TORCH_CHECK(tiles_granted(), "bf16_linear: this process was refused the AMX tiles");
   TORCH_CHECK(k % kBlockK == 0, "bf16_linear: an AMX-packed weight needs a multiple of 32 input features");
+  if (m == 0) return;
   // Rows in tiles of up to 16; every row's sums are made alone, in the same order, whatever the tile's height.
   const int64_t block = std::min(m, kTileRows), padded = (m + block - 1) / block * block;
   thread_local std::vector<uint16_t> buffer;  // reused, so a decode step allocates nothing

@@ -84,6 +84,12 @@ def test_each_row_is_bit_identical_whatever_shares_the_call(kernels, layout):
         assert torch.equal(torch.cat([kernels.linear(xs, w, 200, None, r) for xs, r in parts]), together)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_rows_give_no_rows(kernels, layout):
+    w = LAYOUTS[layout](kernels, bf16_weight(40, 64))
+    assert kernels.linear(torch.randn(0, 64), w, 40, None).shape == (0, 40)
+
+
 def test_leading_dimensions_are_kept(kernels):
     w = bf16_weight(32, 16)
     x = torch.randn(2, 3, 16)
