@@ -97,6 +97,9 @@ def test_launch_starts_vllm_and_ctrl_c_stops_it(vllm_env, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as a terminal sends it: a test run started in the background (`cmd &` in a script) would otherwise
+        # pass on an ignored SIGINT, and the launcher would never see it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         lines = []
