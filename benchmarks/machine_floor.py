@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from speculab.bench.memory import kv_bytes_per_token
 from speculab.cpu import cpu_has_native_bf16, reported_cpu_flags
 from speculab.models.config import ModelConfig
 from speculab.models.embedded import resolve_model_path
@@ -72,7 +73,7 @@ def forward_shape(config: ModelConfig, context: int, kv_bytes: int, weight_bytes
     attention_fma = config.num_layers * config.num_heads * context * d * 2  # q·k and p·v
     return {
         "weight_bytes": (config.num_layers * per_layer + config.vocab_size * h) * weight_bytes,
-        "kv_bytes_per_sequence": config.kv_bytes_per_token(kv_bytes) * context,
+        "kv_bytes_per_sequence": kv_bytes_per_token(config, kv_bytes) * context,
         "fma_per_token": linear_fma + attention_fma,
     }
 

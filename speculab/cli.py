@@ -82,7 +82,7 @@ def _decode_rate(request) -> float | None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from speculab.bench.compare import agreement
+    from speculab.bench.agreement import prefix_agreement
     from speculab.methods import new_proposer, proposer_options
     from speculab.runtime import load
     from speculab.sampling import SamplingParams
@@ -132,7 +132,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         base_rate = _decode_rate(baseline)
         result |= {
             "identical": baseline.output_ids == request.output_ids,
-            "agreement": agreement(baseline.output_ids, request.output_ids),
+            "agreement": prefix_agreement([request.output_ids], [baseline.output_ids]),
             "baseline_tokens_per_s": base_rate,
             "speedup": result["tokens_per_s"] / base_rate if base_rate and result["tokens_per_s"] else None,
         }

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from speculab.bench.agreement import prefix_agreement
 from speculab.cpu import reported_cpu_flags
 from speculab.engine import Engine
 from speculab.models.linear import linear_kind
@@ -127,13 +128,6 @@ def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_toke
     return measure(run, len(prompts), max_tokens, repeats), last[0]
 
 
-def agreement(a: list[int], b: list[int]) -> float:
-    """Fraction of tokens before the first divergence."""
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), n)
-    return first / max(len(a), len(b), 1)
-
-
 def _setup(args: argparse.Namespace) -> LoadedModel:
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -163,7 +157,7 @@ def compare_transformers(args: argparse.Namespace) -> dict:
         "ratio": ours["tok_s"] / hf["tok_s"],
         "speculab_runs_tok_s": ours["runs_tok_s"],
         "hf_runs_tok_s": hf["runs_tok_s"],
-        "greedy_agreement": agreement(our_tokens, hf_tokens),
+        "greedy_agreement": prefix_agreement([our_tokens], [hf_tokens]),
     }
 
 
@@ -202,7 +196,7 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
         "ratio": ours["tok_s"] / peer["tok_s"],
         "speculab_runs_tok_s": ours["runs_tok_s"],
         "llamacpp_runs_tok_s": peer["runs"],
-        "greedy_agreement": agreement(our_tokens, peer["tokens"]),
+        "greedy_agreement": prefix_agreement([our_tokens], [peer["tokens"]]),
     }
 
 
@@ -309,5 +303,5 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
         "reference_timing": ref.get("timing"),
         "ratio": ours_static["tok_s"] / ref["tok_s"],
         "ratio_dynamic": ours_dynamic["tok_s"] / ref["tok_s"],
-        "greedy_agreement": agreement(static_tokens, ref["tokens"]),
+        "greedy_agreement": prefix_agreement([static_tokens], [ref["tokens"]]),
     }

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from speculab.bench.agreement import first_difference
 from speculab.models.llama import prefill
 from speculab.sampling import LogitMargin
 
@@ -56,21 +57,6 @@ class Divergence:
     # (reference run's, this run's) logit gap between its own choice and the other run's there, as recorded
     # (a lower bound where the other choice was past the run's recorded leaders)
     chosen_gaps: tuple[float, float] | None = None
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-    return n if n is not None else (None if len(a) == len(b) else min(len(a), len(b)))
-
-
-def token_agreement(outputs: list[list[int]], reference: list[list[int]]) -> float:
-    """Share of output tokens before the first divergence from the reference, over all prompts."""
-    same = total = 0
-    for a, b in zip(outputs, reference):
-        j = first_difference(a, b)
-        same += min(len(a), len(b)) if j is None else j
-        total += max(len(a), len(b))
-    return same / total if total else 1.0
 
 
 def divergences(loaded, prompts: list[list[int]], outputs: list[str], reference: list[str]) -> list[Divergence]:

@@ -28,6 +28,7 @@ import httpx
 from httpx_sse import aconnect_sse
 from tqdm import tqdm
 
+from speculab.bench.agreement import prefix_agreement
 from speculab.bench.latency import percentile
 from speculab.bench.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
 from speculab.bench.workload import WorkloadItem
@@ -293,16 +294,6 @@ def _from_responses(specs: list[ResponseSpec]) -> dict:
     }
 
 
-def text_agreement(outputs: list[str], reference: list[str]) -> float:
-    """Share of output characters before the first divergence from the reference, over all prompts (the
-    text-level twin of the in-process cells' token agreement: a server may not return token ids)."""
-    same = total = 0
-    for a, b in zip(outputs, reference):
-        same += next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        total += max(len(a), len(b))
-    return same / total if total else 1.0
-
-
 def measure_endpoint_cell(
     endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, reference: list[str] | None, bar: tqdm | None
 ) -> dict:
@@ -341,7 +332,7 @@ def measure_endpoint_cell(
         "tok_s_repeats": sorted(p[0] for p in passes),
         **figures,
         "greedy_identical": (texts == reference) if greedy else None,
-        "agreement": text_agreement(texts, reference) if greedy else None,
+        "agreement": prefix_agreement(texts, reference) if greedy else None,
         "prompt_cache": False,
         "stopped": sum(r.finish_reason == "stop" for r in results),
         "output_texts": texts,

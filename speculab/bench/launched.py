@@ -18,8 +18,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
-from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests, text_agreement
+from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
 from speculab.methods import MethodSpec
 
 
@@ -106,7 +107,7 @@ def _against_speculab(cell: dict, ours: list[str] | None, reference_model, items
     fields = divergence_fields(found)
     return {
         "identical_to_speculab": theirs == ours,
-        "agreement_with_speculab": text_agreement(theirs, ours),
+        "agreement_with_speculab": prefix_agreement(theirs, ours),
         "speculab_divergences": fields["divergences"],
         "speculab_divergences_near_ties": fields["all_near_ties"],
     }

@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from speculab.bench.agreement import prefix_agreement
 from speculab.bench.budget import calibrate, prompts_per_batch
-from speculab.bench.divergence import divergence_fields, token_agreement, token_divergences
+from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
@@ -209,7 +210,7 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         **_stats(requests, target.items),
         "peak_rss_bytes": peak_memory(),
         "greedy_identical": (outputs == reference) if greedy else None,
-        "agreement": token_agreement(outputs, reference) if greedy else None,
+        "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),
         "prompt_cache": target.cache is not None,
         "stopped": sum(r.finish_reason == "stop" for r in requests),

@@ -52,10 +52,6 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """KV-cache bytes one token costs across all layers (keys and values)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
-
     def num_parameters(self) -> int:
         """Parameter count, tied embeddings counted once."""
         h, kv = self.hidden_size, self.num_kv_heads * self.head_dim

@@ -9,16 +9,10 @@ import torch
 import transformers
 
 from speculab import runtime
-from speculab.bench.divergence import NEAR_TIE, divergence_fields, divergences, first_difference, token_divergences
+from speculab.bench.divergence import NEAR_TIE, divergence_fields, divergences, token_divergences
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from tests.helpers import Oracle, save_tiny_checkpoint
-
-
-def test_first_difference():
-    assert first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
-    assert first_difference([1, 2], [1, 2, 3]) == 2
 
 
 def test_the_gap_is_the_targets_logprob_difference_at_the_first_differing_token(tmp_path):

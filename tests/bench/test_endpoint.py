@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from speculab.bench.endpoint import text_agreement
 from speculab.bench.server_stats import parse_spec_counters, response_spec
 from speculab.cli import main
 
@@ -78,11 +77,6 @@ def test_per_response_stats_of_speculab_and_sglang():
     sglang = response_spec({"meta_info": {"spec_verify_ct": 8, "completion_tokens": 20, "spec_accept_length": 2.5}})
     assert (sglang.steps, sglang.accepted, sglang.drafted) == (8, 12, None)
     assert response_spec({"choices": []}) is None
-
-
-def test_text_agreement():
-    assert text_agreement(["abcd", "xy"], ["abcd", "xy"]) == 1.0
-    assert text_agreement(["abXd"], ["abcd"]) == 0.5
 
 
 @pytest.fixture()

@@ -52,7 +52,7 @@ def test_tiny_awq_bytes_by_hand():
 
 
 def test_kv_bytes_per_token_by_hand():
-    assert kv_bytes_per_token(TINY, 2) == 2 * 2 * 2 * 16 * 2 == TINY.kv_bytes_per_token(2) == 256
+    assert kv_bytes_per_token(TINY, 2) == 2 * 2 * 2 * 16 * 2 == 256
     assert kv_bytes_per_token(TINY, 2, num_layers=1) == 128
     assert kv_bytes_per_token(TINY, 2, tensor_parallel=2) == 128  # one KV head per rank
     assert kv_heads_per_device(2, 4) == 1  # more ranks than heads: replicated, one each

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from speculab.bench.memory import kv_bytes_per_token
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, causal_batch
 from tests.helpers import tiny_model
@@ -96,4 +97,4 @@ def test_analytic_config_figures_match_real_tensors():
     smol = CONFIGS["smollm2-135m"]
     assert round(smol.num_parameters() / 1e6, 1) == 134.5  # the published size of SmolLM2-135M
     cache = KVCache(smol.num_layers, 1, smol.num_kv_heads, smol.head_dim, 4, torch.bfloat16)
-    assert smol.kv_bytes_per_token(2) == cache.bytes_per_token == 23040
+    assert kv_bytes_per_token(smol, 2) == cache.bytes_per_token == 23040  # the formula is the real cache's size
