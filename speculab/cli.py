@@ -60,13 +60,12 @@ def method_spec(args: argparse.Namespace):
 
 
 def _run_once(loaded, prompt_ids, params, proposer, on_token=None):
-    from speculab.engine import Engine
+    from speculab.engine import Engine, sequence_length
 
-    headroom = proposer.max_draft_tokens + 2 if proposer else 1
     engine = Engine(
         loaded.model,
         max_batch=1,
-        max_seq_len=len(prompt_ids) + params.max_tokens + headroom,
+        max_seq_len=sequence_length(len(prompt_ids), params.max_tokens, proposer),
         stop_ids=loaded.tokenizer.stop_ids,
         proposer=proposer,
     )

@@ -106,6 +106,12 @@ class PromptCache:
         )
 
 
+def sequence_length(prompt_tokens: int, max_tokens: int, proposer: Proposer | None = None) -> int:
+    """The KV positions one request needs on an engine: prompt, output and the proposer's ``headroom``; the one
+    sum behind every ``max_seq_len`` a caller sizes and every request an engine or a server refuses."""
+    return prompt_tokens + max_tokens + (proposer or Proposer()).headroom
+
+
 class Engine:
     def __init__(
         self,
@@ -144,11 +150,9 @@ class Engine:
         vocab = self.model.config.vocab_size
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
-        # A verify step may write every draft node past the last committed token.
-        headroom = self.proposer.max_draft_tokens + 1
-        if len(prompt_ids) + params.max_tokens + headroom > self.max_seq_len:
+        if sequence_length(len(prompt_ids), params.max_tokens, self.proposer) > self.max_seq_len:
             raise ValueError(
-                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) + draft headroom ({headroom}) "
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) + draft headroom ({self.proposer.headroom}) "
                 f"exceeds the engine's max_seq_len of {self.max_seq_len}"
             )
 

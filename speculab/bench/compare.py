@@ -24,7 +24,7 @@ import torch
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.cpu import reported_cpu_flags
-from speculab.engine import Engine
+from speculab.engine import Engine, sequence_length
 from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
@@ -74,8 +74,8 @@ def speculab_side(
     loaded: LoadedModel, prompts: list[list[int]], max_tokens: int, repeats: int, proposer: Proposer | None = None
 ) -> tuple[dict, list[int]]:
     """Decode rate of speculab's engine (with ``proposer``, or plain), and τ of the last run."""
-    headroom = (proposer.max_draft_tokens if proposer else 0) + 2
-    engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max(map(len, prompts)) + max_tokens + headroom, proposer=proposer)
+    max_len = sequence_length(max(map(len, prompts)), max_tokens, proposer)
+    engine = Engine(loaded.model, max_batch=len(prompts), max_seq_len=max_len, proposer=proposer)
     last: list = []
 
     def run(n: int) -> tuple[float, float]:

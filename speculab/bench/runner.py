@@ -30,7 +30,7 @@ from speculab.bench.latency import request_timings
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
-from speculab.engine import Engine, PromptCache, Request
+from speculab.engine import Engine, PromptCache, Request, sequence_length
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
 from speculab.models.linear import linear_kind
@@ -157,8 +157,7 @@ class Target:
 
 def run_once(target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None) -> tuple[list[Request], float]:
     lm = target.loaded
-    headroom = proposer.max_draft_tokens + 2
-    max_len = max(map(len, target.prompts)) + max(p.max_tokens for p in params) + headroom
+    max_len = sequence_length(max(map(len, target.prompts)), max(p.max_tokens for p in params), proposer)
     engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache)
     requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
     start = time.perf_counter()

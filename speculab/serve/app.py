@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from speculab.engine import sequence_length
 from speculab.serve.errors import ApiError, error_body
 from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit
 from speculab.serve.metrics import ServerMetrics
@@ -171,7 +172,7 @@ def build_app(
             raise ApiError(404, f"The model `{body.model}` does not exist; this server serves `{info.model_name}`", "model")
         if not prompt_ids:
             raise ApiError(400, "the prompt is empty after tokenization", "prompt")
-        room = info.max_model_len - len(prompt_ids) - worker.engine.proposer.max_draft_tokens - 1
+        room = info.max_model_len - sequence_length(len(prompt_ids), 0, worker.engine.proposer)
         if room < 1:
             raise ApiError(
                 400,

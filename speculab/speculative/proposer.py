@@ -42,6 +42,12 @@ class Proposer:
     needs_features = False  # True when it reads the target's hidden states (EAGLE)
     feature_layers: tuple[int, ...] = ()  # target layers whose inputs form the features; () = the final hidden state
 
+    @property
+    def headroom(self) -> int:
+        """KV positions a request needs beyond its prompt and output: a verify step writes the last accepted token
+        and every draft node past the committed ones (engine.sequence_length adds it up)."""
+        return self.max_draft_tokens + 1
+
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         """Called once by the engine: its slot count, sequence limit and the target's config."""
 

@@ -44,11 +44,11 @@ def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: s
 
 def measure_acceptance(loaded, proposer, prompts: list[list[int]], max_tokens: int, batch_size: int = 8) -> dict:
     """Greedy τ and acceptance of ``proposer`` with the target on held-out prompts, plus identity with plain decoding."""
-    from speculab.engine import Engine
+    from speculab.engine import Engine, sequence_length
     from speculab.sampling import SamplingParams
     from speculab.speculative.stats import SpecStats
 
-    max_len = max(map(len, prompts)) + max_tokens + proposer.max_draft_tokens + 8
+    max_len = sequence_length(max(map(len, prompts)), max_tokens, proposer)
     params = SamplingParams(max_tokens=max_tokens)
     spec = Engine(loaded.model, batch_size, max_len, loaded.tokenizer.stop_ids, proposer).generate(prompts, params)
     plain = Engine(loaded.model, batch_size, max_len, loaded.tokenizer.stop_ids).generate(prompts, params)

@@ -241,7 +241,7 @@ def generate_sequences(
     finish; a killed run loses at most the answers in flight. ``prompts``: ``draw_prompts(tokenizer, spec)``
     when the caller has drawn them already.
     """
-    from speculab.engine import Engine
+    from speculab.engine import Engine, sequence_length
 
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "sequences.jsonl"
@@ -253,8 +253,8 @@ def generate_sequences(
     todo = [(p, params) for p, params in zip(prompts, answer_params(prompts, spec)) if p["id"] not in answered]
     if not todo:
         return sorted(done, key=lambda r: r["id"])
-    max_len = max(len(p["prompt_ids"]) for p in prompts) + spec.response_tokens + 8
     recorder = FeatureRecorder(feature_layers)
+    max_len = sequence_length(max(len(p["prompt_ids"]) for p in prompts), spec.response_tokens, recorder)
     engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len, stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
     asked = {engine.add_request(p["prompt_ids"], params).id: (p, params) for p, params in todo}
     finished = []
@@ -287,7 +287,7 @@ def record_code_windows(
     window token and the emitted token completes the sequence, so a window is
     stored exactly like an answered prompt (its response is that one token).
     """
-    from speculab.engine import Engine
+    from speculab.engine import Engine, sequence_length
 
     if spec.num_windows <= 0:
         return []
@@ -305,7 +305,11 @@ def record_code_windows(
         return done
     recorder = FeatureRecorder(feature_layers)
     engine = Engine(
-        loaded.model, max_batch=batch_size, max_seq_len=max(len(w["prompt_ids"]) for w in todo) + 8, stop_ids=(), proposer=recorder
+        loaded.model,
+        max_batch=batch_size,
+        max_seq_len=sequence_length(max(len(w["prompt_ids"]) for w in todo), 1, recorder),
+        stop_ids=(),
+        proposer=recorder,
     )
     with tqdm(total=len(windows), initial=len(done), desc="code windows", unit="window") as bar:
         for group in _groups(todo, batch_size):

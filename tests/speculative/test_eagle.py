@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from speculab.engine import Engine
+from speculab.engine import Engine, sequence_length
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
@@ -49,6 +49,17 @@ def test_greedy_identical_to_baseline(tmp_path, hf_target, target, batch, topk, 
     for r in spec:
         assert r.stats.draft_tokens > 0
         assert r.stats.drafted_depth <= r.stats.steps * num_steps
+
+
+def test_an_engine_sized_by_sequence_length_fits_an_eagle_tree_exactly(tmp_path, hf_target, target):
+    """The head's tree writes no more than the proposer's headroom: an engine of exactly sequence_length runs to the end."""
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    prompts = prompts_of([5, 11, 17], seed=4)
+    base = Engine(target, max_batch=3, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=5, topk=4, num_draft_tokens=16)
+    exact = sequence_length(max(map(len, prompts)), PARAMS.max_tokens, proposer)
+    spec = Engine(target, max_batch=3, max_seq_len=exact, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from speculab.engine import Engine
+from speculab.engine import Engine, sequence_length
 from speculab.sampling import SamplingParams
 from speculab.speculative.draft_model import VocabularyMismatchError
 from speculab.speculative.proposer import make_proposer
@@ -61,6 +61,20 @@ def test_greedy_output_identical_to_baseline(target, other_draft, method, batch)
     assert [r.output_ids for r in requests] == baseline(target, prompts)
     for r in requests:  # each token after the prefill's came from one step, as an accepted draft token or the bonus
         assert r.stats.steps <= len(r.output_ids) - 1 <= r.stats.steps + r.stats.accepted_tokens
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_an_engine_sized_by_sequence_length_fits_its_requests_exactly(target, other_draft, method):
+    """No slack: prompt + max_tokens + the proposer's headroom is all a request writes (the drafts of its last steps
+    included), so an engine of exactly that size runs it to the end, still lossless; one position less is refused."""
+    prompts = repetitive_prompts(3, seed=5)
+    proposer = METHODS[method](target, other_draft)
+    exact = sequence_length(max(map(len, prompts)), PARAMS.max_tokens, proposer)
+    requests = Engine(target, max_batch=3, max_seq_len=exact, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in requests] == baseline(target, prompts)
+    assert all(len(r.output_ids) == PARAMS.max_tokens for r in requests)
+    with pytest.raises(ValueError, match="draft headroom"):
+        Engine(target, max_batch=3, max_seq_len=exact - 1, proposer=METHODS[method](target, other_draft)).generate(prompts, PARAMS)
 
 
 def test_self_draft_accepts_everything(target):
