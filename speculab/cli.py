@@ -44,7 +44,7 @@ METHOD_FLAGS = (
 
 def method_spec(args: argparse.Namespace):
     """The spec named by --method (``name[:key=value,...]``, as in ``speculab bench``) with the flags given."""
-    from speculab.methods import METHODS, parse_method, shipped_drafter_key
+    from speculab.methods import METHODS, parse_method, require_own_drafter
 
     name, _, settings = args.method.partition(":")
     if name not in METHODS:
@@ -54,8 +54,8 @@ def method_spec(args: argparse.Namespace):
         if key not in METHODS[name].defaults:
             raise ValueError(f"--{key.replace('_', '-')} does not apply to --method {name}")
     spec = parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))]))
-    if args.model is not None and (key := shipped_drafter_key(spec)):
-        raise ValueError(f"--method {spec.name} needs --{key} PATH: the shipped drafters are for the embedded model")
+    if args.model is not None:
+        require_own_drafter(spec, "--{key} PATH")
     return spec
 
 

@@ -230,6 +230,13 @@ def shipped_drafter_key(spec: MethodSpec) -> str | None:
     return key if key and spec.params[key] == METHODS[spec.name].defaults.get(key) else None
 
 
+def require_own_drafter(spec: MethodSpec, option: str) -> None:
+    """For a target other than the embedded model: refuse a spec still on the shipped drafter, saying how this
+    command takes one (``option``, with ``{key}`` for the drafter parameter: "--{key} PATH", "{key}=PATH")."""
+    if key := shipped_drafter_key(spec):
+        raise ValueError(f"--method {spec.name} needs {option.format(key=key)}: the shipped drafters are for the embedded model")
+
+
 def drafter_path(spec: MethodSpec) -> Path | None:
     key = drafter_key(spec)
     return Path(spec.params[key]) if key else None

@@ -55,7 +55,7 @@ def add_launch_parsers(sub) -> None:
 
 def launch_spec(method: str, draft: str | None, custom_target: bool):
     """The method spec with ``--draft`` as its drafter; a shipped drafter is refused for another target."""
-    from speculab.methods import drafter_key, parse_method, shipped_drafter_key
+    from speculab.methods import drafter_key, parse_method, require_own_drafter
 
     spec = parse_method(method)
     if draft is not None:
@@ -63,8 +63,8 @@ def launch_spec(method: str, draft: str | None, custom_target: bool):
         if key is None:
             raise ValueError(f"--draft does not apply to --method {spec.name}")
         spec = parse_method(f"{method}{',' if ':' in method else ':'}{key}={draft}")
-    if custom_target and (key := shipped_drafter_key(spec)):
-        raise ValueError(f"--method {spec.name} needs --draft PATH: the shipped drafters are for the embedded model")
+    if custom_target:
+        require_own_drafter(spec, "--draft PATH")
     return spec
 
 

@@ -59,7 +59,7 @@ def build_server(args: argparse.Namespace):
     import speculab
     from speculab import runtime
     from speculab.engine import Engine
-    from speculab.methods import new_proposer, parse_method, proposer_options, shipped_drafter_key
+    from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter
     from speculab.redact import redact_argv
     from speculab.serve.app import ServeInfo, build_app
     from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES
@@ -72,8 +72,8 @@ def build_server(args: argparse.Namespace):
             "--max-batch and --max-body-bytes must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2"
         )
     spec = parse_method(args.method)
-    if args.model is not None and (key := shipped_drafter_key(spec)):
-        raise ValueError(f"--method {spec.name} needs {key}=PATH: the shipped drafters are for the embedded model")
+    if args.model is not None:
+        require_own_drafter(spec, "{key}=PATH")
     loaded = runtime.load(args.model, args.dtype, args.device)
     engine = Engine(
         loaded.model,
