@@ -19,14 +19,7 @@ import json
 import sys
 import time
 
-from speculab.runtime import DTYPES
-
-
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", choices=list(DTYPES), default=None, help="default: bf16 on CUDA or a CPU with AMX/AVX512-BF16, else fp32")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-
+from speculab.runtime import add_model_flags
 
 # generate's flags that set a method parameter (vLLM's and SGLang's names); each overrides the spec's value
 METHOD_FLAGS = (
@@ -205,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt-lookup-min", type=int, default=None)
     g.add_argument("--prompt-lookup-max", type=int, default=None)
     g.add_argument("--compare-baseline", action="store_true", help="also run plain decoding; report identical, agreement, speedup")
-    _add_model_args(g)
+    add_model_flags(g)
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser("compare", help="benchmark speculab's baseline against a peer on the same model and prompt")
@@ -223,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-draft-tokens", type=int, default=16)
     c.add_argument("--reference-python", default=None, help="python of the reference environment")
     c.add_argument("--reference-path", default=None, help="a local clone of the current reference code (EAGLE-2) to use instead")
-    _add_model_args(c)
+    add_model_flags(c)
     c.set_defaults(func=cmd_compare)
 
     from speculab.bench.cli import add_bench_parsers

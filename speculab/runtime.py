@@ -27,6 +27,20 @@ from speculab.models.tokenizer import Tokenizer
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
+def add_model_flags(parser, device: bool = True) -> None:
+    """``--model``, ``--dtype`` (and ``--device``) as every command that loads a target declares them; ``load`` reads them."""
+    parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--dtype",
+        choices=list(DTYPES),
+        default=None,
+        help="default: fp32 for a bf16 checkpoint where speculab's native kernels are built (exact, bf16's memory "
+        "traffic), else bf16 on CUDA or a CPU with AMX/AVX512-BF16, else fp32",
+    )
+    if device:
+        parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -11,7 +11,7 @@ DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram")
 
 
 def add_bench_parsers(sub) -> None:
-    from speculab.runtime import DTYPES
+    from speculab.runtime import add_model_flags
 
     b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
     profile = b.add_mutually_exclusive_group()
@@ -88,8 +88,7 @@ def add_bench_parsers(sub) -> None:
         help="reuse each prompt's prefill across cells (default on in --quick)",
     )
     b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
-    b.add_argument("--model", default=None, help="target checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
-    b.add_argument("--dtype", choices=list(DTYPES), default=None)
+    add_model_flags(b, device=False)  # the benchmark runs where speculab runs by default
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
 

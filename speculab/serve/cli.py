@@ -17,10 +17,10 @@ import threading
 
 
 def add_serve_parser(sub) -> None:
-    from speculab.runtime import DTYPES
+    from speculab.runtime import add_model_flags
 
     s = sub.add_parser("serve", help="serve the engine over OpenAI-compatible HTTP (vLLM's metric names)")
-    s.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
+    add_model_flags(s)
     s.add_argument(
         "--method", default="baseline", help="name[:key=value,...] as in `speculab bench`, e.g. eagle or ngram:num_speculative_tokens=3"
     )
@@ -48,8 +48,6 @@ def add_serve_parser(sub) -> None:
         help="largest request body accepted; a larger one is answered 413 (default: 4 MiB)",
     )
     s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
-    s.add_argument("--dtype", choices=list(DTYPES), default=None)
-    s.add_argument("--device", default=None)
     s.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     s.set_defaults(func=cmd_serve)
 
