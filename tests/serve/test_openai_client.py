@@ -94,7 +94,15 @@ def test_stop_string_cuts_the_text(client, in_process):
 
 
 def test_sampled_requests_run_and_are_seeded(client):
-    def ask():
-        return client.completions.create(model=MODEL, prompt="SELECT", max_tokens=12, temperature=0.8, top_p=0.9, seed=7).choices[0].text
+    """The seed, the temperature and top_p are all honoured: one seed repeats itself, seeds differ from each other and
+    from greedy, and a top_p that keeps only the most likely token is greedy again."""
+
+    def ask(seed=7, temperature=1.0, top_p=1.0):
+        reply = client.completions.create(model=MODEL, prompt="SELECT", max_tokens=12, temperature=temperature, top_p=top_p, seed=seed)
+        return reply.choices[0].text
 
     assert ask() == ask()
+    sampled = {ask(seed) for seed in range(6)}
+    greedy = ask(temperature=0)
+    assert len(sampled) > 1 and sampled != {greedy}
+    assert ask(seed=3, top_p=1e-9) == greedy
