@@ -31,7 +31,7 @@ from torch import Tensor
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
-from speculab.speculative.draft_model import VocabularyMismatchError
+from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState, register
 from speculab.speculative.tree import Draft
 from speculab.speculative.vocab import ReducedVocabulary
