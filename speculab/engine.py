@@ -29,48 +29,13 @@ import torch
 
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
-from speculab.sampling import LogitMargin, SamplingParams, logit_margins, sample_rows, target_probs
+from speculab.request import Request, TokenEvent
+from speculab.sampling import SamplingParams, logit_margins, sample_rows, target_probs
 from speculab.speculative.proposer import Proposer, ProposeState
-from speculab.speculative.stats import SpecStats
 from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_greedy, verify_sampled
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
-
-
-@dataclass
-class Request:
-    id: int
-    prompt_ids: list[int]
-    params: SamplingParams
-    stop_ids: frozenset[int]
-    output_ids: list[int] = field(default_factory=list)
-    slot: int | None = None
-    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (see ``error``)
-    error: str | None = None  # why this request alone failed (finish_reason "error"); co-batched requests go on
-    generator: torch.Generator | None = None
-    arrival_time: float = field(default_factory=time.perf_counter)
-    admitted_time: float | None = None  # when it entered a slot (its prefill began)
-    token_times: list[float] = field(default_factory=list)  # when each output token was produced
-    stats: SpecStats = field(default_factory=SpecStats)
-    logit_margins: list[LogitMargin] = field(default_factory=list)  # per output token, when params.logit_margins
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    @property
-    def ttft(self) -> float | None:
-        return self.token_times[0] - self.arrival_time if self.token_times else None
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    """New tokens of one request, produced by one step."""
-
-    request: Request
-    token_ids: list[int]
-    finished: bool
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from speculab.engine import Request
+from speculab.request import Request
 
 
 def percentile(values: list[float], q: float) -> float | None:

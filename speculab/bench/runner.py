@@ -30,10 +30,11 @@ from speculab.bench.latency import request_timings
 from speculab.bench.memory import machine_memory_budget, method_estimate
 from speculab.bench.testbed import model_record, testbed
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
-from speculab.engine import Engine, PromptCache, Request, sequence_length
+from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
 from speculab.models.linear import linear_kind
+from speculab.request import Request
 from speculab.sampling import LogitMargin, SamplingParams
 from speculab.speculative.stats import SpecStats
 

@@ -24,7 +24,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from speculab.engine import Engine, Request
+from speculab.engine import Engine
+from speculab.request import Request
 from speculab.sampling import SamplingParams
 from speculab.serve.metrics import ServerMetrics
 from speculab.speculative.stats import SpecStats

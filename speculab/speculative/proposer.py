@@ -23,8 +23,8 @@ from speculab.speculative.tree import Draft
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from speculab.engine import Request
     from speculab.models.config import ModelConfig
+    from speculab.request import Request
 
 
 @dataclass(frozen=True)

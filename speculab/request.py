@@ -1,0 +1,51 @@
+"""One request's state as the engine keeps it, and the tokens one step gives it.
+
+Knows: what a request asked for (prompt, sampling parameters, stop ids), what it produced so far (tokens, their
+times, its speculation counters, the logit margins a benchmark asked for) and how it ended.
+Does not know: slots' caches or steps (``engine.py`` moves a request through them), proposers, or HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from speculab.sampling import LogitMargin, SamplingParams
+from speculab.speculative.stats import SpecStats
+
+
+@dataclass
+class Request:
+    id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (see ``error``)
+    error: str | None = None  # why this request alone failed (finish_reason "error"); co-batched requests go on
+    generator: torch.Generator | None = None
+    arrival_time: float = field(default_factory=time.perf_counter)
+    admitted_time: float | None = None  # when it entered a slot (its prefill began)
+    token_times: list[float] = field(default_factory=list)  # when each output token was produced
+    stats: SpecStats = field(default_factory=SpecStats)
+    logit_margins: list[LogitMargin] = field(default_factory=list)  # per output token, when params.logit_margins
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New tokens of one request, produced by one step."""
+
+    request: Request
+    token_ids: list[int]
+    finished: bool
