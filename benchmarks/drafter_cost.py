@@ -21,7 +21,7 @@ from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
 from speculab.models.token_ranking import load_token_ranking
 from speculab.runtime import load
-from speculab.speculative.proposer import make_proposer
+from speculab.speculative.registry import make_proposer
 
 CONTEXT, TOPK, DRAFT_VOCAB, DRAFT_MODEL_VOCAB = 1200, 8, 4096, 8192
 

@@ -211,7 +211,7 @@ def proposer_options(spec: MethodSpec, loaded) -> dict:
 def new_proposer(spec: MethodSpec, options: dict):
     """A fresh proposer for one run, limited to small batches when the spec says so."""
     from speculab.speculative.limit import SpeculationLimit
-    from speculab.speculative.proposer import make_proposer
+    from speculab.speculative.registry import make_proposer
 
     proposer = make_proposer(spec.name, **options)
     limit = spec.params.get(LIMIT)

@@ -234,7 +234,7 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
 
     from speculab.files import cache_dir
     from speculab.models.eagle_head import load_eagle_head
-    from speculab.speculative.proposer import make_proposer
+    from speculab.speculative.registry import make_proposer
 
     if not args.eagle:
         raise ValueError("compare eagle-reference needs --eagle PATH (an EAGLE-1 head for the target)")

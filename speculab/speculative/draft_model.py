@@ -25,12 +25,11 @@ from speculab.models.config import ModelConfig
 from speculab.models.llama import Transformer, causal_batch, prefill
 from speculab.sampling import target_probs
 from speculab.speculative.errors import VocabularyMismatchError
-from speculab.speculative.proposer import Proposer, ProposeState, register
+from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
 from speculab.speculative.vocab import ReducedVocabulary
 
 
-@register("draft")
 class DraftModelProposer(Proposer):
     name = "draft"
 

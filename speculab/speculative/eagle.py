@@ -32,12 +32,11 @@ from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.speculative.errors import VocabularyMismatchError
-from speculab.speculative.proposer import Proposer, ProposeState, register
+from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
 from speculab.speculative.vocab import ReducedVocabulary
 
 
-@register("eagle")
 class EagleProposer(Proposer):
     name = "eagle"
     needs_features = True
@@ -246,7 +245,6 @@ class EagleProposer(Proposer):
         return drafts
 
 
-@register("eagle3")
 class Eagle3Proposer(EagleProposer):
     """EAGLE-3: the same dynamic tree; the head reads three target layers and drafts over its own vocabulary."""
 
@@ -294,7 +292,6 @@ STATIC_TREES: dict[str, list[list[int]]] = {
 }
 
 
-@register("eagle-static")
 class StaticTreeEagleProposer(EagleProposer):
     """An EAGLE head grown into a fixed tree (EAGLE-1 style): node [a, b] is the rank-b child of the rank-a root child.
 

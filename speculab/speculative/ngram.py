@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from speculab.speculative.proposer import Proposer, ProposeState, register
+from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
 
 
@@ -27,7 +27,6 @@ def lookup(sequence: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
     return []
 
 
-@register("ngram")
 class NgramProposer(Proposer):
     name = "ngram"
 

@@ -14,7 +14,6 @@ Does not know: verification (``verify.py``) or the target's cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,28 +77,3 @@ class Proposer:
 
     def release(self, slot: int) -> None:
         """The request in ``slot`` left."""
-
-
-PROPOSERS: dict[str, Callable[..., Proposer]] = {}
-
-
-def register(name: str) -> Callable:
-    def wrap(factory: Callable[..., Proposer]) -> Callable[..., Proposer]:
-        PROPOSERS[name] = factory
-        return factory
-
-    return wrap
-
-
-def make_proposer(name: str, **options: Any) -> Proposer:
-    """Build a registered proposer; unknown names and options are clear errors."""
-    import speculab.speculative.draft_model  # noqa: F401  (registration side effects)
-    import speculab.speculative.eagle  # noqa: F401
-    import speculab.speculative.ngram  # noqa: F401
-
-    if name not in PROPOSERS:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(PROPOSERS))}")
-    return PROPOSERS[name](**options)
-
-
-register("baseline")(Proposer)

@@ -7,7 +7,7 @@ from speculab.engine import Engine, sequence_length
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
-from speculab.speculative.proposer import make_proposer
+from speculab.speculative.registry import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)

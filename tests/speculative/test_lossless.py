@@ -6,7 +6,7 @@ import torch
 from speculab.engine import Engine, sequence_length
 from speculab.sampling import SamplingParams
 from speculab.speculative.errors import VocabularyMismatchError
-from speculab.speculative.proposer import make_proposer
+from speculab.speculative.registry import make_proposer
 from tests.helpers import KERNELS, bigram_hf_model, speculab_from_hf, tiny_model, tiny_target
 
 PARAMS = SamplingParams(max_tokens=20, ignore_eos=True)

@@ -26,7 +26,7 @@ from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.sampling import SamplingParams, target_probs
-from speculab.speculative.proposer import make_proposer
+from speculab.speculative.registry import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 VOCAB = 12
