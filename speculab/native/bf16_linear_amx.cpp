@@ -10,7 +10,8 @@
 // a weight is a bf16 number, so every product hi*w, mid*w, lo*w is exact in fp32; the tile unit sums each 32-k
 // block's products into the fp32 accumulator (more precisely than an FMA chain: the largest error against a float64
 // product is a quarter of the chain's on the model's shapes). Its rounding is its own: no order of fp32 FMAs gives
-// the same bits (tested on this CPU), so a model runs every linear on one kernel or the other, never both.
+// the same bits (tested on this CPU), so a weight's kernel is fixed when it is packed (by its layout), never chosen
+// per call by the row count: that would break a verify's bit-identity with one-token forwards.
 //
 // A row's result never depends on the other rows: each row of a tile product is its own sum, over the same
 // k-blocks in the same order whatever the number of rows, so a q-token verify gives bit for bit what q one-token
