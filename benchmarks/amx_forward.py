@@ -15,6 +15,7 @@ import sys
 
 from batch_verify_cost import CONTEXT, measure_runs  # this script's folder is on sys.path
 
+from speculab import native
 from speculab.cpu import reported_cpu_flags
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
@@ -23,8 +24,8 @@ CELLS = {1: [1, 4, 8, 16], 16: [1, 4]}  # batch size -> tokens per row
 
 
 def load_both():
-    fma = load(None, "float32").model
-    kernels = fma.native_layers.kernels if fma.native_layers is not None else None
+    """The embedded model twice: packed for the AMX kernel and for the FMA one (use_amx decides at packing)."""
+    kernels = native.kernels()
     if kernels is None or not kernels.amx_in_use():
         sys.exit("amx_forward: needs the native kernels on a CPU with AMX (SPECULAB_AMX unset)")
     kernels.use_amx(False)
