@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from speculab.sampling import SamplingParams, sample_rows, target_probs
+from speculab.sampling import SamplingParams, greedy_tokens, sample_rows, target_probs
 
 
 def test_greedy_is_one_hot_argmax():
@@ -68,3 +68,18 @@ def test_non_finite_numbers_are_refused(field):
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValueError, match=field):
             SamplingParams(**{field: value})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_greedy_tokens_is_torch_argmax_with_ties_and_nans(dtype):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randint(-3, 4, (6, 7, 50), generator=g).to(dtype)  # small integers: many ties in every row
+    logits[0, 1, 10] = float("nan")
+    logits[0, 1, 30] = float("nan")  # two NaNs: the first one wins
+    logits[1, 2] = float("-inf")  # a row that is all -inf
+    logits[2, 3, 49] = float("inf")
+    expected = logits.argmax(-1).tolist()
+    assert greedy_tokens(logits) == expected
+    assert greedy_tokens(logits[:, 2]) == logits[:, 2].argmax(-1).tolist()  # a strided view
+    assert greedy_tokens(logits[0, 0]) == int(logits[0, 0].argmax())
+

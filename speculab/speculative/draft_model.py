@@ -23,7 +23,7 @@ import torch
 
 from speculab.models.config import ModelConfig
 from speculab.models.llama import Transformer, causal_batch, prefill
-from speculab.sampling import target_probs
+from speculab.sampling import greedy_tokens, target_probs
 from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
@@ -104,7 +104,7 @@ class DraftModelProposer(Proposer):
 
         logits: [batch, vocab], or [batch, n] over a reduced vocabulary's kept tokens.
         """
-        picked, probs = logits.argmax(-1), []
+        picked, probs = torch.tensor(greedy_tokens(logits)), []
         for row, r in enumerate(requests):
             if r.params.greedy:
                 probs.append(None)

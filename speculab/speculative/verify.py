@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from speculab.sampling import greedy_tokens
 from speculab.speculative.tree import VerifyTree
 
 
@@ -45,7 +46,7 @@ class Verdict:
 
 def verify_greedy(tree: VerifyTree, target_logits: Tensor) -> Verdict:
     """target_logits: [n, vocab], row i = the target's logits after node i."""
-    argmax = target_logits.argmax(-1).tolist()
+    argmax = greedy_tokens(target_logits)
     tokens = tree.tokens.tolist()
     children = tree.children()
 
