@@ -82,4 +82,3 @@ def test_greedy_tokens_is_torch_argmax_with_ties_and_nans(dtype):
     assert greedy_tokens(logits) == expected
     assert greedy_tokens(logits[:, 2]) == logits[:, 2].argmax(-1).tolist()  # a strided view
     assert greedy_tokens(logits[0, 0]) == int(logits[0, 0].argmax())
-
