@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from speculab.sampling import LogitMargin, SamplingParams
-from speculab.speculative.stats import SpecStats
+from speculab.spec_stats import SpecStats
 
 
 @dataclass

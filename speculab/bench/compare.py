@@ -29,8 +29,8 @@ from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
+from speculab.spec_stats import SpecStats
 from speculab.speculative.proposer import Proposer
-from speculab.speculative.stats import SpecStats
 
 CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 

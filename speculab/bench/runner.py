@@ -36,7 +36,7 @@ from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_op
 from speculab.models.linear import linear_kind
 from speculab.request import Request
 from speculab.sampling import LogitMargin, SamplingParams
-from speculab.speculative.stats import SpecStats
+from speculab.spec_stats import SpecStats
 
 PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
     "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),

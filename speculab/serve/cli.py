@@ -59,9 +59,10 @@ def build_server(args: argparse.Namespace):
     from speculab.engine import Engine
     from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter
     from speculab.redact import redact_argv
-    from speculab.serve.app import ServeInfo, build_app
+    from speculab.serve.app import build_app
     from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES
     from speculab.serve.metrics import ServerMetrics
+    from speculab.serve.state import ServeInfo, ServeState
     from speculab.serve.worker import EngineWorker
 
     max_body = args.max_body_bytes if args.max_body_bytes is not None else DEFAULT_MAX_BODY_BYTES
@@ -94,7 +95,8 @@ def build_server(args: argparse.Namespace):
         command=shlex.join(["speculab", *redact_argv(getattr(args, "argv", []))]),
     )
     worker = EngineWorker(engine, metrics, args.max_queue)
-    app = build_app(worker, loaded.tokenizer, metrics, info, api_key=args.api_key, engine_thread=False, max_body_bytes=max_body)
+    state = ServeState(worker, loaded.tokenizer, metrics, info, api_key=args.api_key)
+    app = build_app(state, engine_thread=False, max_body_bytes=max_body)
     return app, info, worker
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from speculab.files import sha256_of
-from speculab.speculative.stats import per_depth_summary
+from speculab.spec_stats import per_depth_summary
 
 
 def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: str) -> Path:
@@ -46,7 +46,7 @@ def measure_acceptance(loaded, proposer, prompts: list[list[int]], max_tokens: i
     """Greedy τ and acceptance of ``proposer`` with the target on held-out prompts, plus identity with plain decoding."""
     from speculab.engine import Engine, sequence_length
     from speculab.sampling import SamplingParams
-    from speculab.speculative.stats import SpecStats
+    from speculab.spec_stats import SpecStats
 
     max_len = sequence_length(max(map(len, prompts)), max_tokens, proposer)
     params = SamplingParams(max_tokens=max_tokens)

@@ -22,7 +22,7 @@ BASELINE_METHOD = "baseline"
 DOMAIN_ORDER = ("python", "typescript", "sql")
 ACCEPTANCE_DEFINITION = (
     "acceptance rate = accepted draft tokens / drafted depth (draft tokens along the verified path; "
-    "speculab.speculative.stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
+    "speculab.spec_stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
     "figures under other definitions (SGLang's accept length over tree nodes) are not comparable."
 )
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from speculab.speculative.stats import SpecStats
+from speculab.spec_stats import SpecStats
 
 
 def chain_steps(accepted_counts, k=3):

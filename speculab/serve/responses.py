@@ -1,0 +1,154 @@
+"""A queued request's answer: one JSON body, or Server-Sent Events, in OpenAI's shapes with vLLM's per-request
+speculation figures.
+
+Knows: the completion and chat shapes (``choices``, ``usage``, ``metrics.speculative_decoding``), streaming with
+``stream_options.include_usage``, stop strings (``text.py``), and that a request whose client goes away mid-answer,
+streaming or not, is aborted so the engine frees its slot at its next step. Does not know: how a request was admitted
+(``admission.py``) or how the engine decodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import Request
+from sse_starlette import EventSourceResponse
+
+from speculab.serve.errors import ApiError, error_body
+from speculab.serve.state import ServeState
+from speculab.serve.text import TextStream
+from speculab.serve.worker import Handle, Output
+from speculab.spec_stats import SpecStats
+
+CHAT = "chat.completion"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request's answer being written: what every chunk and body repeats."""
+
+    state: ServeState
+    handle: Handle
+    kind: str  # "text_completion" or "chat.completion"
+    id: str
+    created: int
+
+    def envelope(self, kind: str, **fields) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.state.info.model_name, **fields}
+
+
+def spec_metrics(stats: SpecStats) -> dict:
+    """The per-response speculation figures, in vLLM's per-request names."""
+    return {
+        "speculative_decoding": {
+            "num_drafts": stats.drafts,
+            "num_draft_tokens": stats.drafted_depth,
+            "num_draft_nodes": stats.draft_tokens,
+            "num_accepted_draft_tokens": stats.accepted_tokens,
+            "num_accepted_tokens_per_pos": stats.accepted_per_position,
+            "num_verify_steps": stats.steps,
+            "draft_acceptance_rate": stats.acceptance_rate,
+            "mean_acceptance_length": stats.mean_acceptance_length,
+        }
+    }
+
+
+async def respond(state: ServeState, body, handle: Handle, request: Request, kind: str, prefix: str):
+    """The answer to a queued request: an event stream when the body asks for one, else one JSON body."""
+    answer = Answer(state, handle, kind, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
+    text = TextStream(state.tokenizer, body.stop)
+    if body.stream:
+        return EventSourceResponse(stream_events(answer, text, body.include_usage), ping=15)
+    try:
+        reason, pieces = await collect(answer, text, request)
+    finally:
+        state.worker.abort(handle)  # a no-op once finished; frees the slot when the client left early
+    choices = [choice(kind, "".join(pieces), reason, delta=False)]
+    return answer.envelope(kind, choices=choices, usage=usage(handle), metrics=spec_metrics(handle.stats))
+
+
+async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[str, list[str]]:
+    """Every output of a non-streamed request: (finish reason, text pieces)."""
+    pieces: list[str] = []
+    watcher = asyncio.create_task(abort_on_disconnect(answer, request))
+    try:
+        while True:
+            out: Output = await answer.handle.outputs.get()
+            reason = consume(answer, out, text, pieces)
+            if reason is not None:
+                return reason, pieces
+    finally:
+        watcher.cancel()
+
+
+async def abort_on_disconnect(answer: Answer, request: Request) -> None:
+    """Abort the request as soon as its client goes (the body is read, so the next ASGI message is the
+    disconnect); the engine frees the slot at its next step and the last output ends ``collect``."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    answer.state.worker.abort(answer.handle)
+
+
+def consume(answer: Answer, out: Output, text: TextStream, pieces: list[str]) -> str | None:
+    """Add one output's text to ``pieces``; returns the finish reason once the request is over."""
+    if out.error is not None:
+        raise ApiError(500, out.error)
+    pieces.append(text.push(out.token_ids))
+    if text.stopped:
+        answer.state.worker.abort(answer.handle, reason="stop")
+        return "stop"
+    if out.finish_reason is not None:
+        pieces.append(text.flush())
+        return out.finish_reason
+    return None
+
+
+def usage(handle: Handle) -> dict:
+    n_out = len(handle.request.output_ids) if handle.request else 0
+    return {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out, "total_tokens": len(handle.prompt_ids) + n_out}
+
+
+def choice(kind: str, text: str, reason: str | None, delta: bool) -> dict:
+    if kind == CHAT:
+        key = "delta" if delta else "message"
+        content = {"content": text} if delta else {"role": "assistant", "content": text}
+        return {"index": 0, key: content, "logprobs": None, "finish_reason": reason}
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+
+
+async def stream_events(answer: Answer, text: TextStream, include_usage: bool) -> AsyncIterator[dict]:
+    """The Server-Sent Events of a streamed request, ``[DONE]`` last; an engine error ends it as an error event."""
+    chunk_kind = "chat.completion.chunk" if answer.kind == CHAT else "text_completion"
+
+    def chunk(choices: list, **extra) -> dict:
+        return {"data": to_json(answer.envelope(chunk_kind, choices=choices, **extra))}
+
+    try:
+        if answer.kind == CHAT:
+            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+        while True:
+            pieces: list[str] = []
+            try:
+                reason = consume(answer, await answer.handle.outputs.get(), text, pieces)
+            except ApiError as err:
+                yield {"data": to_json(error_body(err.status, err.message))}
+                break
+            if "".join(pieces):
+                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True)])
+            if reason is not None:
+                yield chunk([choice(answer.kind, "", reason, delta=True)], metrics=spec_metrics(answer.handle.stats))
+                if include_usage:
+                    yield chunk([], usage=usage(answer.handle))
+                break
+        yield {"data": "[DONE]"}
+    finally:  # also when the client disconnects and the generator is cancelled
+        answer.state.worker.abort(answer.handle)
+
+
+def to_json(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))

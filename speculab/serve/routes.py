@@ -1,0 +1,89 @@
+"""The routes of ``speculab serve``: the ones a client of ``vllm serve`` uses, each a named function.
+
+``router``: ``/health``, ``/metrics`` (Prometheus, vLLM's names), ``/version``. ``v1``: ``/v1/models``,
+``/v1/completions`` and ``/v1/chat/completions``, behind the optional Bearer key (``state.authorized``).
+Tokenisation and chat templating run in a worker thread, so one huge body stalls no stream.
+
+Knows: which route does what, in which order its refusals come. Does not know: admission rules
+(``admission.py``), response shapes (``responses.py``), or the engine.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from speculab.serve.admission import check_token_ids, refuse_unsupported, submit
+from speculab.serve.errors import ApiError
+from speculab.serve.protocol import ChatCompletionRequest, CompletionRequest
+from speculab.serve.responses import CHAT, respond
+from speculab.serve.state import State, authorized
+
+router = APIRouter()
+v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the context's room
+
+
+@router.get("/health")
+async def health():
+    return JSONResponse({})
+
+
+@router.get("/metrics")
+async def prometheus_metrics(state: State):
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/version")
+async def version(state: State):
+    info = state.info
+    return {
+        "version": info.version,
+        "engine": "speculab",
+        "method": info.method,
+        "label": info.label,
+        "dtype": info.dtype,
+        "command": info.command,
+    }
+
+
+@v1.get("/models")
+async def models(state: State):
+    info = state.info
+    model = {
+        "id": info.model_name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "speculab",
+        "root": info.model_path,
+        "parent": None,
+        "max_model_len": info.max_model_len,
+        "speculab": {"method": info.method, "label": info.label, "dtype": info.dtype},
+    }
+    return {"object": "list", "data": [model]}
+
+
+@v1.post("/completions")
+async def completions(body: CompletionRequest, request: Request, state: State):
+    refuse_unsupported(body)
+    prompt = body.prompt
+    prompt_ids = await run_in_threadpool(state.tokenizer.encode, prompt) if isinstance(prompt, str) else list(prompt)
+    check_token_ids(state, prompt_ids)
+    max_tokens = body.max_tokens if body.max_tokens is not None else COMPLETION_MAX_TOKENS
+    handle = submit(state, body, prompt_ids, max_tokens)
+    return await respond(state, body, handle, request, "text_completion", "cmpl")
+
+
+@v1.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: State):
+    refuse_unsupported(body)
+    try:
+        prompt_ids = await run_in_threadpool(state.tokenizer.encode_chat, [m.as_dict() for m in body.messages])
+    except Exception as err:  # noqa: BLE001  the model's own chat template refuses this conversation
+        raise ApiError(400, f"the chat template refused these messages: {err}", "messages") from None
+    handle = submit(state, body, prompt_ids, body.requested_max_tokens)
+    return await respond(state, body, handle, request, CHAT, "chatcmpl")
