@@ -38,6 +38,38 @@ def add_bench_parsers(sub) -> None:
         help="name[:key=value,...], e.g. eagle:num_steps=5,topk=8,num_draft_tokens=32 draft:num_speculative_tokens=4 "
         f"(default: {' '.join(DEFAULT_METHODS)}; none when --endpoint is given)",
     )
+    _add_server_flags(b)
+    b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
+    b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
+    b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument(
+        "--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)"
+    )
+    b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
+    b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")
+    b.add_argument(
+        "--prompt-cache",
+        dest="prompt_cache",
+        action="store_true",
+        default=None,
+        help="reuse each prompt's prefill across cells (default on in --quick)",
+    )
+    b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
+    add_model_flags(b, device=False)  # the benchmark runs where speculab runs by default
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("report", help="rebuild report.md/report.html from a results.jsonl")
+    r.add_argument("results", type=Path)
+    r.add_argument("--out", type=Path, default=None, help="default: the results file's folder")
+    r.set_defaults(func=cmd_report)
+
+
+def _add_server_flags(b) -> None:
+    """Where methods run besides in-process: OpenAI-compatible endpoints, and engines launched per method."""
     b.add_argument(
         "--endpoint",
         action="append",
@@ -69,33 +101,6 @@ def add_bench_parsers(sub) -> None:
         "--engine-python", default=None, help="the launched engine's Python (default for vLLM: the environment `make vllm` made)"
     )
     b.add_argument("--engine-port", type=int, default=8300, help="the port a launched engine listens on (127.0.0.1)")
-    b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
-    b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
-    b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
-    b.add_argument("--temperature", type=float, default=0.0)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument(
-        "--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)"
-    )
-    b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
-    b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")
-    b.add_argument(
-        "--prompt-cache",
-        dest="prompt_cache",
-        action="store_true",
-        default=None,
-        help="reuse each prompt's prefill across cells (default on in --quick)",
-    )
-    b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
-    add_model_flags(b, device=False)  # the benchmark runs where speculab runs by default
-    b.add_argument("--no-progress", action="store_true")
-    b.set_defaults(func=cmd_bench)
-
-    r = sub.add_parser("report", help="rebuild report.md/report.html from a results.jsonl")
-    r.add_argument("results", type=Path)
-    r.add_argument("--out", type=Path, default=None, help="default: the results file's folder")
-    r.set_defaults(func=cmd_report)
 
 
 def config_from_args(args: argparse.Namespace):

@@ -110,7 +110,7 @@ class _StubAutoTokenizer:
         return _StubTokenizer()
 
 
-def main():
+def _parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True)
     ap.add_argument("--head", required=True)
@@ -124,29 +124,11 @@ def main():
     ap.add_argument(
         "--reference-path", default=None, help="a local clone of the reference code (its `eagle` package is imported from there)"
     )
-    args = ap.parse_args()
-    if args.reference_path:
-        sys.path.insert(0, args.reference_path)
+    return ap.parse_args()
 
-    import torch
-    import transformers
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-
-    import eagle.model.choices as eachoices
-    import eagle.model.cnets as cnets
-    import eagle.model.ea_model as eam
-
-    eam.AutoTokenizer = _StubAutoTokenizer
-
-    if hasattr(eachoices, args.tree):
-        tree = getattr(eachoices, args.tree)
-    else:
-        tree = json.loads(args.tree)
-
-    stats = {"verify": 0, "t_prefill_end": None}
+def _count_verifies(eam, stats: dict) -> None:
+    """Wrap the reference's tree functions: the end of the prefill (initialize_tree) and each verify pass."""
     orig_init, orig_dec = eam.initialize_tree, eam.tree_decoding
 
     def initialize_tree(*a, **k):
@@ -160,7 +142,15 @@ def main():
 
     eam.initialize_tree, eam.tree_decoding = initialize_tree, tree_decoding
 
+
+def _load(args, tree, torch):
+    """The reference's EaModel with its RoPE base patched (unless --no-rope-fix) and our tree; (model, lm_head tied)."""
+    import eagle.model.choices as eachoices
+    import eagle.model.cnets as cnets
+    import eagle.model.ea_model as eam
+
     t0 = time.perf_counter()
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     model = eam.EaModel.from_pretrained(base_model_path=args.base, ea_model_path=args.head, torch_dtype=dtype)
     model.eval()
     notes = []
@@ -176,68 +166,84 @@ def main():
     emb, lm = model.base_model.model.embed_tokens.weight, model.base_model.lm_head.weight
     tied = emb.data_ptr() == lm.data_ptr() or bool(torch.equal(emb, lm))
     print(f"loaded in {time.perf_counter() - t0:.1f}s; lm_head tied to embed: {tied}; " + "; ".join(notes), file=sys.stderr)
+    return model, tied
 
+
+def _run_once(model, input_ids, max_new_tokens: int, tree, stats: dict) -> dict:
+    """One greedy generation of max_new_tokens: its ids, committed tokens, verify passes, decode and prefill time."""
+    stats["verify"], stats["t_prefill_end"] = 0, None
+    length = input_ids.shape[1]
+    t_start = time.perf_counter()
+    out = input_ids
+    for out in model.ea_generate(input_ids, temperature=0.0, max_steps=10 * max_new_tokens + 10, tree_choices=tree):
+        if out.shape[1] - length >= max_new_tokens:
+            break
+    t_end = time.perf_counter()
+    return {
+        "ids": out[0, length : length + max_new_tokens].tolist(),
+        "committed": out.shape[1] - length,
+        "verify": stats["verify"],
+        "decode_s": t_end - stats["t_prefill_end"],
+        "prefill_s": stats["t_prefill_end"] - t_start,
+    }
+
+
+def _summary(args, runs: list[dict], tied: bool, prompt_len: int, torch, transformers) -> dict:
+    tok_s = [r["committed"] / r["decode_s"] for r in runs]
+    last = runs[-1]
+    return {
+        "tok_s": statistics.median(tok_s),
+        "runs_tok_s": tok_s,
+        "tau": sum(r["committed"] for r in runs) / sum(r["verify"] for r in runs),
+        "new_tokens": len(last["ids"]),
+        "tokens": last["ids"],
+        "timing": "decode-only",
+        "transformers": transformers.__version__,
+        "eagle_llm": "1.2.1",
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "tree": args.tree,
+        "prompt_len": prompt_len,
+        "verify_passes": [r["verify"] for r in runs],
+        "committed_tokens": [r["committed"] for r in runs],
+        "prefill_s": [r["prefill_s"] for r in runs],
+        "rope_fix": not args.no_rope_fix,
+        "lm_head_tied": tied,
+    }
+
+
+def main():
+    args = _parse_args()
+    if args.reference_path:
+        sys.path.insert(0, args.reference_path)
+
+    import torch
+    import transformers
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+
+    import eagle.model.choices as eachoices
+    import eagle.model.ea_model as eam
+
+    eam.AutoTokenizer = _StubAutoTokenizer
+    tree = getattr(eachoices, args.tree) if hasattr(eachoices, args.tree) else json.loads(args.tree)
+    stats = {"verify": 0, "t_prefill_end": None}
+    _count_verifies(eam, stats)
+    model, tied = _load(args, tree, torch)
     with open(args.prompt_ids_file) as f:
-        prompt = json.load(f)
-    input_ids = torch.tensor([prompt], dtype=torch.long)
-    L, N = input_ids.shape[1], args.max_new_tokens
-
-    def run_once():
-        stats["verify"], stats["t_prefill_end"] = 0, None
-        t_start = time.perf_counter()
-        out = input_ids
-        for out in model.ea_generate(input_ids, temperature=0.0, max_steps=10 * N + 10, tree_choices=tree):
-            if out.shape[1] - L >= N:
-                break
-        t_end = time.perf_counter()
-        committed = out.shape[1] - L
-        dec_t = t_end - stats["t_prefill_end"]
-        return {
-            "ids": out[0, L : L + N].tolist(),
-            "committed": committed,
-            "verify": stats["verify"],
-            "decode_s": dec_t,
-            "prefill_s": stats["t_prefill_end"] - t_start,
-        }
-
+        input_ids = torch.tensor([json.load(f)], dtype=torch.long)
     with torch.inference_mode():
-        run_once()  # warm-up
-        runs = [run_once() for _ in range(args.repeats)]
-
+        _run_once(model, input_ids, args.max_new_tokens, tree, stats)  # warm-up
+        runs = [_run_once(model, input_ids, args.max_new_tokens, tree, stats) for _ in range(args.repeats)]
     for i, r in enumerate(runs):
         print(
             f"run {i}: prefill {r['prefill_s'] * 1e3:.0f} ms, decode {r['decode_s']:.3f}s, "
             f"{r['committed']} tokens / {r['verify']} verify passes",
             file=sys.stderr,
         )
-    tok_s = [r["committed"] / r["decode_s"] for r in runs]
-    committed = sum(r["committed"] for r in runs)
-    verify = sum(r["verify"] for r in runs)
-    last = runs[-1]
-    print(
-        json.dumps(
-            {
-                "tok_s": statistics.median(tok_s),
-                "runs_tok_s": tok_s,
-                "tau": committed / verify,
-                "new_tokens": len(last["ids"]),
-                "tokens": last["ids"],
-                "timing": "decode-only",
-                "transformers": transformers.__version__,
-                "eagle_llm": "1.2.1",
-                "torch": torch.__version__,
-                "dtype": args.dtype,
-                "threads": torch.get_num_threads(),
-                "tree": args.tree,
-                "prompt_len": L,
-                "verify_passes": [r["verify"] for r in runs],
-                "committed_tokens": [r["committed"] for r in runs],
-                "prefill_s": [r["prefill_s"] for r in runs],
-                "rope_fix": not args.no_rope_fix,
-                "lm_head_tied": tied,
-            }
-        )
-    )
+    print(json.dumps(_summary(args, runs, tied, input_ids.shape[1], torch, transformers)))
 
 
 if __name__ == "__main__":

@@ -155,15 +155,32 @@ def measure_llamacpp(
     if not prompt_ids:
         raise ValueError("prompt_ids must not be empty")
     llama_cpp = _import_llama_cpp()
-    import numpy as np  # a dependency of llama-cpp-python
-
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"GGUF not found: {gguf_path}")
     prompt_ids = [int(t) for t in prompt_ids]
-    n_ctx = len(prompt_ids) + max_new_tokens + 1
-    n_ctx = -(-n_ctx // 256) * 256  # llama.cpp pads the KV cache to 256 anyway
+    n_ctx = -(-(len(prompt_ids) + max_new_tokens + 1) // 256) * 256  # llama.cpp pads the KV cache to 256 anyway
+    llm, use_extra_bufts = _open_llama(llama_cpp, gguf_path, n_ctx, n_threads)
+    try:
+        n_vocab = llm.n_vocab()
+        if max(prompt_ids) >= n_vocab or min(prompt_ids) < 0:
+            raise ValueError(f"prompt ids out of range for vocab of {n_vocab}")
+        timed = _timed_runs(lambda: _greedy_run(llama_cpp, llm, prompt_ids, max_new_tokens), repeats)
+    finally:
+        llm.close()
 
+    return timed | {
+        "gguf": str(gguf_path),
+        "n_threads": n_threads,
+        "n_prompt": len(prompt_ids),
+        "max_new_tokens": max_new_tokens,
+        "use_extra_bufts": use_extra_bufts,
+    }
+
+
+def _open_llama(llama_cpp, gguf_path: Path, n_ctx: int, n_threads: int) -> tuple[Any, bool | None]:
+    """llama-cpp-python's ``Llama`` for one sequence, without the extra buffer types (repacked weights) where
+    this version lets them be turned off; returns it and that setting (None: left at the default)."""
     kwargs: dict[str, Any] = dict(
         model_path=str(gguf_path),
         n_ctx=n_ctx,
@@ -176,43 +193,33 @@ def measure_llamacpp(
     use_extra_bufts = None
     if "use_extra_bufts" in inspect.signature(llama_cpp.Llama.__init__).parameters:
         kwargs["use_extra_bufts"] = use_extra_bufts = False
-    llm = llama_cpp.Llama(**kwargs)
-    try:
-        n_vocab = llm.n_vocab()
-        if max(prompt_ids) >= n_vocab or min(prompt_ids) < 0:
-            raise ValueError(f"prompt ids out of range for vocab of {n_vocab}")
+    return llama_cpp.Llama(**kwargs), use_extra_bufts
 
-        def next_token() -> int:
-            # Greedy = argmax of the last position's logits (the only row
-            # computed with logits_all=False).  No EOS check on purpose.
-            ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-            return int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
 
-        def one_run() -> tuple[float, float, list[int]]:
-            llm.reset()
-            t0 = time.perf_counter()
-            llm.eval(prompt_ids)
-            tok = next_token()
-            t1 = time.perf_counter()
-            tokens = [tok]
-            for _ in range(max_new_tokens - 1):
-                llm.eval([tok])
-                tok = next_token()
-                tokens.append(tok)
-            t2 = time.perf_counter()
-            return t1 - t0, (max_new_tokens - 1) / (t2 - t1), tokens
+def _greedy_run(llama_cpp, llm, prompt_ids: list[int], max_new_tokens: int) -> tuple[float, float, list[int]]:
+    """One run: (prefill seconds, decode tok/s, the tokens)."""
+    import numpy as np  # a dependency of llama-cpp-python
 
-        timed = _timed_runs(one_run, repeats)
-    finally:
-        llm.close()
+    n_vocab = llm.n_vocab()
 
-    return timed | {
-        "gguf": str(gguf_path),
-        "n_threads": n_threads,
-        "n_prompt": len(prompt_ids),
-        "max_new_tokens": max_new_tokens,
-        "use_extra_bufts": use_extra_bufts,
-    }
+    def next_token() -> int:
+        # Greedy = argmax of the last position's logits (the only row
+        # computed with logits_all=False).  No EOS check on purpose.
+        ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).argmax())
+
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt_ids)
+    tok = next_token()
+    t1 = time.perf_counter()
+    tokens = [tok]
+    for _ in range(max_new_tokens - 1):
+        llm.eval([tok])
+        tok = next_token()
+        tokens.append(tok)
+    t2 = time.perf_counter()
+    return t1 - t0, (max_new_tokens - 1) / (t2 - t1), tokens
 
 
 def _fill(batch: Any, entries: list[tuple[int, int, int, bool]]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from speculab.files import cache_dir
+from speculab.train.card import measure_acceptance, plot_losses, write_card, write_manifest
 from speculab.train.recipes import RECIPES
 
 
@@ -130,11 +131,34 @@ def cmd_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+NO_ACCEPTANCE = {  # the card's acceptance fields when --eval-prompts 0 skips the held-out measurement
+    "prompts": 0,
+    "max_tokens": 0,
+    "mean_acceptance_length": None,
+    "acceptance_rate": None,
+    "accepted_per_position": [],
+    "reached_per_position": [],
+    "conditional_acceptance": [],
+    "identical_to_baseline": None,
+}
+
+
+@dataclasses.dataclass
+class TrainRun:
+    """One ``speculab train`` run, as its steps hand it on."""
+
+    args: argparse.Namespace
+    command: list[str]
+    loaded: object  # runtime.LoadedModel: the target
+    trainer: object  # the kind's module in recipes.RECIPES
+    recipe: object  # what trainer.setup returned: model, make_batch, step, save, load_for_eval, metrics
+    data: dict
+    started: float
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one drafter kind (eagle, eagle3 or draft) end to end."""
     from speculab.models.loading import load_model
-    from speculab.train import loop
-    from speculab.train.card import measure_acceptance, plot_losses, write_card, write_manifest
 
     started = time.perf_counter()
     command, loaded = _setup(args)
@@ -142,12 +166,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
     trainer = RECIPES[args.kind]
-    recipe = trainer.setup(args, target, loaded, sequences)
-    model = recipe.model
+    run = TrainRun(args, command, loaded, trainer, trainer.setup(args, target, loaded, sequences), data, started)
+    result, history = _train(run, items)
+    if run.recipe.writes_ranking:
+        # the ranking a reduced draft vocabulary reads (--draft-vocab N, draft_vocab=auto in speculab bench)
+        _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
+    if args.eval_prompts > 0:
+        proposer = run.recipe.load_for_eval(args.out, loaded)
+        acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
+    else:
+        acceptance = NO_ACCEPTANCE
+    card = _write_records(run, result, history, acceptance)
+    summary = {"out": str(args.out), "card": str(card), "steps": result.steps_done, "train_minutes": round(result.seconds / 60, 1)}
+    print(json.dumps(summary | {"tau": acceptance["mean_acceptance_length"], "acceptance_rate": acceptance["acceptance_rate"]}))
+    return 0
+
+
+def _train(run: TrainRun, items) -> tuple[object, list[dict]]:
+    """The training loop (resumable, under its time budget), the checkpoint saved, its log and loss plot written."""
+    from speculab.train import loop
+    from speculab.train.distill_data import batches_by_tokens
+
+    args, recipe = run.args, run.recipe
     cfg = loop.LoopConfig(
         steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, checkpoint_every=args.checkpoint_every, max_minutes=args.max_minutes
     )
-    from speculab.train.distill_data import batches_by_tokens
 
     def batches(start: int):
         stream = batches_by_tokens(items, args.batch_tokens, args.seed)
@@ -157,28 +200,17 @@ def cmd_train(args: argparse.Namespace) -> int:
             yield recipe.make_batch(group)
 
     state_dir = args.out / "state"  # checkpoint and logs: resumable, not shipped
-    result = loop.run(model, batches, recipe.step, cfg, state_dir, resume=args.resume, desc=f"train {args.kind}")
-    recipe.save(model, args.out)
-    if recipe.writes_ranking:
-        # the ranking a reduced draft vocabulary reads (--draft-vocab N, draft_vocab=auto in speculab bench)
-        _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
+    result = loop.run(recipe.model, batches, recipe.step, cfg, state_dir, resume=args.resume, desc=f"train {args.kind}")
+    recipe.save(recipe.model, args.out)
     history = loop.read_log(state_dir)
     (args.out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot_losses(history, recipe.metrics, args.out / "loss.png", f"speculab train {args.kind}: {loaded.path.name}")
-    if args.eval_prompts > 0:
-        proposer = recipe.load_for_eval(args.out, loaded)
-        acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)
-    else:
-        acceptance = {
-            "prompts": 0,
-            "max_tokens": 0,
-            "mean_acceptance_length": None,
-            "acceptance_rate": None,
-            "accepted_per_position": [],
-            "reached_per_position": [],
-            "conditional_acceptance": [],
-            "identical_to_baseline": None,
-        }
+    plot_losses(history, recipe.metrics, args.out / "loss.png", f"speculab train {args.kind}: {run.loaded.path.name}")
+    return result, history
+
+
+def _write_records(run: TrainRun, result, history: list[dict], acceptance: dict) -> Path:
+    """The card, the manifest and the list of training files; returns the card's path."""
+    args, data = run.args, run.data
     loop_summary = {
         "steps_done": result.steps_done,
         "finished": result.finished,
@@ -189,40 +221,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     earlier = (_earlier_commands(init) if init else []) + (_earlier_commands(args.out) if args.resume else [])
     card = write_card(
         args.out,
-        title=trainer.TITLE.format(target=loaded.path.name),
-        summary=trainer.summary(model, args),
+        title=run.trainer.TITLE.format(target=run.loaded.path.name),
+        summary=run.trainer.summary(run.recipe.model, args),
         data=data,
         loop=loop_summary,
         acceptance=acceptance,
         plot="loss.png",
-        command=command,
+        command=run.command,
         earlier_commands=earlier,
         init_from=init,
     )
-    write_manifest(
-        args.out,
-        command=command,
-        data={k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])},
-        train_seconds=result.seconds,
-        extra={
-            "commands": earlier + [" ".join(command)],  # every run that trained this checkpoint, in order
-            "total_seconds": round(time.perf_counter() - started, 1),
-            "acceptance": acceptance,
-            "steps": result.steps_done,
-            "target": str(loaded.path),
-        },
-    )
+    extra = {
+        "commands": earlier + [" ".join(run.command)],  # every run that trained this checkpoint, in order
+        "total_seconds": round(time.perf_counter() - run.started, 1),
+        "acceptance": acceptance,
+        "steps": result.steps_done,
+        "target": str(run.loaded.path),
+    }
+    manifest_data = {k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])}
+    write_manifest(args.out, command=run.command, data=manifest_data, train_seconds=result.seconds, extra=extra)
     (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
-    print(
-        json.dumps(
-            {
-                "out": str(args.out),
-                "card": str(card),
-                "steps": result.steps_done,
-                "train_minutes": round(result.seconds / 60, 1),
-                "tau": acceptance["mean_acceptance_length"],
-                "acceptance_rate": acceptance["acceptance_rate"],
-            }
-        )
-    )
-    return 0
+    return card
