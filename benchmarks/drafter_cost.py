@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE
+from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, METHODS
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
@@ -54,9 +54,10 @@ def main() -> None:
     nodes = torch.tensor([context[:TOPK]])
     feats = torch.randn(1, TOPK, target.config.hidden_size)
     ranking = load_token_ranking(eagle_dir, target.config.vocab_size)[:DRAFT_VOCAB]
-    reduced = make_proposer("eagle", head=head, target=target, topk=TOPK, draft_vocab=ranking)
+    tree = {k: METHODS["eagle"].defaults[k] for k in ("num_steps", "num_draft_tokens")}  # unused here: only the logits are timed
+    reduced = make_proposer("eagle", head=head, target=target, topk=TOPK, draft_vocab=ranking, **tree)
     draft_ranking = load_token_ranking(draft_dir, target.config.vocab_size)[:DRAFT_MODEL_VOCAB]
-    draft_reduced = make_proposer("draft", model=draft, draft_vocab=draft_ranking).reduced
+    draft_reduced = make_proposer("draft", model=draft, draft_vocab=draft_ranking, num_speculative_tokens=1).reduced
     runs = {"target": [], "draft": [], "draft_reduced_vocab": [], "eagle_step": [], "eagle_step_reduced_vocab": []}
     for _ in range(20):
         batch = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), 1)

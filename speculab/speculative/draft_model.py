@@ -33,7 +33,7 @@ from speculab.speculative.vocab import ReducedVocabulary
 class DraftModelProposer(Proposer):
     name = "draft"
 
-    def __init__(self, model: Transformer, num_speculative_tokens: int = 4, draft_vocab: torch.Tensor | None = None):
+    def __init__(self, model: Transformer, *, num_speculative_tokens: int, draft_vocab: torch.Tensor | None = None):
         """``draft_vocab``: [n] target token ids the draft model may draft (FR-Spec); None: the whole vocabulary."""
         if num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be at least 1")

@@ -45,9 +45,10 @@ class EagleProposer(Proposer):
         self,
         head: EagleHead,
         target: Transformer,
-        num_steps: int = 5,
-        topk: int = 4,
-        num_draft_tokens: int = 16,
+        *,
+        num_steps: int,
+        topk: int,
+        num_draft_tokens: int,
         batch_budget: int | None = None,
         draft_vocab: Tensor | None = None,
     ):
@@ -250,10 +251,8 @@ class Eagle3Proposer(EagleProposer):
 
     name = "eagle3"
 
-    def __init__(
-        self, head, target: Transformer, num_steps: int = 5, topk: int = 4, num_draft_tokens: int = 16, batch_budget: int | None = None
-    ):
-        super().__init__(head, target, num_steps, topk, num_draft_tokens, batch_budget)
+    def __init__(self, head, target: Transformer, *, num_steps: int, topk: int, num_draft_tokens: int, batch_budget: int | None = None):
+        super().__init__(head, target, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, batch_budget=batch_budget)
         self.feature_layers = head.feature_layers(target)
 
     def _to_target(self, ids: Tensor) -> Tensor:
@@ -300,7 +299,7 @@ class StaticTreeEagleProposer(EagleProposer):
 
     name = "eagle-static"
 
-    def __init__(self, head, target: Transformer, tree: str | list[list[int]] = "mc_sim_7b_63"):
+    def __init__(self, head, target: Transformer, *, tree: str | list[list[int]]):
         paths = STATIC_TREES[tree] if isinstance(tree, str) else tree
         paths = sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))
         if not paths or any(len(p) == 0 or min(p) < 0 for p in paths):

@@ -30,7 +30,7 @@ def lookup(sequence: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
 class NgramProposer(Proposer):
     name = "ngram"
 
-    def __init__(self, num_speculative_tokens: int = 4, prompt_lookup_min: int = 1, prompt_lookup_max: int = 4):
+    def __init__(self, *, num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int):
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
         if num_speculative_tokens < 1:

@@ -1,4 +1,4 @@
-"""The proposer interface and registry.
+"""The proposer interface (the table of proposers by method name is ``registry.py``).
 
 A proposer turns the running requests into one :class:`Draft` each
 (``propose``). Proposers with state of their own (a draft model's KV cache)
@@ -7,7 +7,9 @@ follow the engine's slots through ``admit`` / ``move`` / ``release``. What
 (``prompt_cache_key``, ``prompt_state``, ``admit_cached``), so that a cached
 prompt skips the drafter's prefill as it skips the target's. The
 engine knows proposers only through this interface and the registry, never by
-method name.
+method name. A proposer's settings have no defaults of their own (keyword-only,
+required): ``methods.METHODS`` is their one home; the only defaulted options are
+features that are off unless asked for (None: no batch budget, the whole vocabulary).
 
 Does not know: verification (``verify.py``) or the target's cache.
 """

@@ -204,7 +204,7 @@ def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, 
     full = head.logits(target, hidden)
     torch.testing.assert_close(proposer._logits(hidden), full[..., kept], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="fewer than topk"):
-        make_proposer("eagle", head=head, target=target, topk=5, draft_vocab=kept)
+        make_proposer("eagle", head=head, target=target, num_steps=5, topk=5, num_draft_tokens=16, draft_vocab=kept)
 
 
 def test_token_ranking_file_is_checked(tmp_path, hf_target, target):

@@ -102,7 +102,9 @@ def test_ngram_accepts_on_a_cycling_model():
     model = speculab_from_hf(bigram_hf_model())
     prompts = repetitive_prompts(4, seed=8)
     params = SamplingParams(max_tokens=48, ignore_eos=True)
-    requests = speculative(model, prompts, make_proposer("ngram", num_speculative_tokens=4), params)
+    requests = speculative(
+        model, prompts, make_proposer("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=4), params
+    )
     assert [r.output_ids for r in requests] == baseline(model, prompts, params)
     accepted = sum(r.stats.accepted_tokens for r in requests)
     drafted = sum(r.stats.drafted_depth for r in requests)
@@ -121,7 +123,7 @@ def test_seeded_sampling_runs_and_respects_budget(target, other_draft):
 def test_vocabulary_mismatch_is_a_clear_error(target):
     small_vocab = tiny_model(seed=1, vocab_size=128)
     with pytest.raises(VocabularyMismatchError, match="vocab_size 128"):
-        Engine(target, max_batch=1, max_seq_len=64, proposer=make_proposer("draft", model=small_vocab))
+        Engine(target, max_batch=1, max_seq_len=64, proposer=make_proposer("draft", model=small_vocab, num_speculative_tokens=4))
 
 
 def test_unknown_method_is_a_clear_error():
