@@ -15,29 +15,63 @@ Does not know: anything about how the inner proposer drafts.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
 
+if TYPE_CHECKING:
+    from torch import Tensor
 
-class SpeculationLimit:
-    """Wraps a proposer: speculate while at most ``max_batch_size`` requests run, decode plainly above."""
+    from speculab.models.config import ModelConfig
+    from speculab.request import Request
+
+
+class SpeculationLimit(Proposer):
+    """Wraps a proposer: speculate while at most ``max_batch_size`` requests run, decode plainly above.
+
+    A proposer like any other: every part of the interface is the inner proposer's, except ``propose`` above the
+    limit."""
 
     def __init__(self, inner: Proposer, max_batch_size: int):
         if max_batch_size < 1:
             raise ValueError("disable_by_batch_size must be at least 1")
         self.inner, self.max_batch_size = inner, max_batch_size
-        self.skipped_steps = 0
+        self.name = inner.name
+        self.max_draft_tokens = inner.max_draft_tokens
+        self.needs_features = inner.needs_features
+        self.feature_layers = inner.feature_layers
 
     def propose(self, state: ProposeState) -> list[Draft]:
         if len(state.requests) > self.max_batch_size:
-            self.skipped_steps += 1
             return [Draft.empty() for _ in state.requests]
         return self.inner.propose(state)
 
-    def __getattr__(self, name: str) -> Any:
-        """Everything else (the attributes the engine reads, slot bookkeeping) is the inner proposer's."""
-        if name == "inner":  # not set yet: no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    @property
+    def headroom(self) -> int:
+        return self.inner.headroom
+
+    def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
+        self.inner.bind(num_slots, max_seq_len, target)
+
+    def admit(self, slot: int, request: Request, features: Tensor | None = None) -> None:
+        self.inner.admit(slot, request, features)
+
+    @property
+    def prompt_cache_key(self) -> object | None:
+        return self.inner.prompt_cache_key
+
+    def prompt_state(self, slot: int) -> Any:
+        return self.inner.prompt_state(slot)
+
+    def admit_cached(self, slot: int, request: Request, features: Tensor | None, state: Any) -> None:
+        self.inner.admit_cached(slot, request, features, state)
+
+    def observe(self, slot: int, features: Tensor) -> None:
+        self.inner.observe(slot, features)
+
+    def move(self, src: int, dst: int) -> None:
+        self.inner.move(src, dst)
+
+    def release(self, slot: int) -> None:
+        self.inner.release(slot)

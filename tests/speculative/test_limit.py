@@ -7,6 +7,7 @@ from speculab.engine import Engine
 from speculab.models.eagle_head import load_eagle_head
 from speculab.sampling import SamplingParams
 from speculab.speculative.limit import SpeculationLimit
+from speculab.speculative.proposer import Proposer
 from speculab.speculative.registry import make_proposer
 from tests.helpers import tiny_model, write_eagle_head
 
@@ -26,10 +27,19 @@ def test_limit_decodes_plainly_above_it_and_resumes_losslessly(tmp_path, hf_targ
     limited = SpeculationLimit(inner, limit)
     spec = Engine(target, max_batch=3, max_seq_len=128, proposer=limited).generate(prompts, params)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
-    assert limited.skipped_steps > 0  # three requests ran at once: above the limit
+    assert sum(r.stats.steps - r.stats.drafts for r in spec) > 0  # steps without a draft: three requests ran at once
     assert sum(r.stats.draft_tokens for r in spec) > 0  # it speculated once the batch shrank
     with pytest.raises(ValueError, match="at least 1"):
         SpeculationLimit(inner, 0)
+
+
+def test_limit_is_a_proposer_with_the_inner_ones_interface(target):
+    inner = make_proposer("draft", model=tiny_model(seed=3, num_hidden_layers=1), num_speculative_tokens=3)
+    limited = SpeculationLimit(inner, 2)
+    assert isinstance(limited, Proposer)
+    assert (limited.name, limited.max_draft_tokens, limited.headroom) == ("draft", 3, inner.headroom)
+    assert (limited.needs_features, limited.feature_layers, limited.prompt_cache_key) == (False, (), inner.prompt_cache_key)
+    assert hasattr(inner, "k") and not hasattr(limited, "k")  # only the interface is forwarded, nothing else
 
 
 def test_limit_is_a_method_parameter():
