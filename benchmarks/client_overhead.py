@@ -1,7 +1,7 @@
 """What ``speculab bench --endpoint``'s client costs per streamed token, against a server that streams canned tokens.
 
 A FastAPI app answers ``/v1/chat/completions`` with ``max_tokens`` one-token chunks and no model
-behind it, in its own process (uvicorn on loopback). The benchmark client (``bench/endpoint.py``'s
+behind it, in its own process (uvicorn on loopback). The benchmark client (``bench/over_http/endpoint.py``'s
 ``run_requests``, exactly as a cell runs it) keeps ``--streams`` requests in flight. Reported: the
 client process's CPU time per streamed token (what the client adds; target < 1 ms at 64 streams),
 and the wall time per token of the whole exchange. Medians of ``--repeats`` with the spread.
@@ -85,7 +85,7 @@ def free_port() -> int:
 
 
 def one_pass(url: str, streams: int, requests: int, tokens: int) -> dict:
-    from speculab.bench.endpoint import Endpoint, EndpointInfo, run_requests
+    from speculab.bench.over_http.endpoint import Endpoint, EndpointInfo, run_requests
     from speculab.bench.workload import WorkloadItem
 
     endpoint = Endpoint(url)

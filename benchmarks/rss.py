@@ -7,7 +7,7 @@ import json
 import resource
 import sys
 
-from speculab.bench.compare import code_prompts
+from speculab.compare.peers import code_prompts
 from speculab.engine import Engine
 from speculab.runtime import load
 from speculab.sampling import SamplingParams

@@ -24,7 +24,7 @@ import time
 import httpx
 
 from speculab import runtime
-from speculab.bench.endpoint import Endpoint, cell_figures, probe_all, run_requests
+from speculab.bench.over_http.endpoint import Endpoint, cell_figures, probe_all, run_requests
 from speculab.bench.runner import Target, run_once
 from speculab.bench.testbed import cpu_name
 from speculab.bench.workload import interleave_domains, load_workload

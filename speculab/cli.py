@@ -144,12 +144,12 @@ def _printer(decode):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from speculab.bench import compare
+    from speculab.compare import peers
 
     runner = {
-        "transformers": compare.compare_transformers,
-        "llama.cpp": compare.compare_llamacpp,
-        "eagle-reference": compare.compare_eagle_reference,
+        "transformers": peers.compare_transformers,
+        "llama.cpp": peers.compare_llamacpp,
+        "eagle-reference": peers.compare_eagle_reference,
     }[args.peer]
     result = runner(args)
     print(json.dumps(result))

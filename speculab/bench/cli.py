@@ -146,7 +146,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def _endpoints(args: argparse.Namespace) -> tuple:
-    from speculab.bench.endpoint import Endpoint
+    from speculab.bench.over_http.endpoint import Endpoint
 
     if len(args.label) > len(args.endpoint):
         raise ValueError(f"{len(args.label)} --label for {len(args.endpoint)} --endpoint")

@@ -59,7 +59,7 @@ class BenchConfig:
     dtype: str | None = None
     model: str | None = None
     prompt_cache: bool = True
-    endpoints: tuple = ()  # speculab.bench.endpoint.Endpoint, measured beside the in-process methods
+    endpoints: tuple = ()  # speculab.bench.over_http.endpoint.Endpoint, measured beside the in-process methods
     request_timeout: float = 600.0  # seconds, per HTTP request
     engines: tuple[str, ...] = ("speculab",)  # where the methods run: speculab in-process, and/or launched engines
     engine_python: str | None = None  # the launched engines' Python (default for vLLM: `make vllm`'s environment)
@@ -292,8 +292,8 @@ def _previous_references(previous: list[dict], run_id: str, target: Target | Non
 
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
-    from speculab.bench.endpoint import measure_endpoint_cell, probe_all
-    from speculab.bench.launched import check_plans, engine_label, measure_engine
+    from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
+    from speculab.bench.over_http.launched_engines import check_plans, engine_label, measure_engine
 
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")

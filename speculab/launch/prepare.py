@@ -18,8 +18,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from speculab.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch import sglang, vllm
+from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
 from speculab.launch.plan import LaunchPlan, LaunchRequest
 from speculab.methods import MethodSpec, draft_vocab_size, drafter_path

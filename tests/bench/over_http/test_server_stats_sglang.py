@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from speculab.bench.endpoint import RequestResult, cell_figures
-from speculab.bench.server_stats import parse_spec_counters, response_spec
+from speculab.bench.over_http.endpoint import RequestResult, cell_figures
+from speculab.bench.over_http.server_stats import parse_spec_counters, response_spec
 
-FIXTURES = Path(__file__).parents[1] / "launch" / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "launch" / "fixtures"
 
 
 def test_sglang_counters_give_tau_and_no_acceptance_rate():

@@ -13,7 +13,7 @@ Knows:
   ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``).
 - The installed version of a package in any Python.
 
-``python -m speculab.environments vllm|llamacpp`` makes one (``make vllm``, ``make llamacpp``).
+``python -m speculab.launch.environments vllm|llamacpp`` makes one (``make vllm``, ``make llamacpp``).
 
 Does not know: engine flags (``launch/vllm.py``), processes (``launch/server.py``) or what is measured.
 """
@@ -183,5 +183,5 @@ MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_python}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in MAKERS:
-        sys.exit(f"usage: python -m speculab.environments {'|'.join(MAKERS)}")
+        sys.exit(f"usage: python -m speculab.launch.environments {'|'.join(MAKERS)}")
     print(MAKERS[sys.argv[1]]())

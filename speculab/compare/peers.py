@@ -162,7 +162,7 @@ def compare_transformers(args: argparse.Namespace) -> dict:
 
 
 def compare_llamacpp(args: argparse.Namespace) -> dict:
-    from speculab.bench import llamacpp
+    from speculab.compare import llamacpp
     from speculab.files import cache_dir
     from speculab.models.embedded import ensure_gguf
 

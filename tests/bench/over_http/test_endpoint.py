@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from speculab.bench.server_stats import parse_spec_counters, response_spec
+from speculab.bench.over_http.server_stats import parse_spec_counters, response_spec
 from speculab.cli import main
 
 DOMAINS = ("python", "typescript", "sql")

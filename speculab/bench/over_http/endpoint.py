@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.latency import percentile
-from speculab.bench.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
+from speculab.bench.over_http.server_stats import ResponseSpec, SpecCounters, parse_spec_counters, response_spec
 from speculab.bench.workload import WorkloadItem
 from speculab.redact import redact_command
 

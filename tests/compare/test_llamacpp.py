@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from speculab.bench.llamacpp import run_llamacpp
 from speculab.cli import main
-from speculab.environments import llamacpp_env_dir, llamacpp_python
+from speculab.compare.llamacpp import run_llamacpp
+from speculab.launch.environments import llamacpp_env_dir, llamacpp_python
 from speculab.models.embedded import ensure_gguf
 from tests.helpers import require_peer_env
 

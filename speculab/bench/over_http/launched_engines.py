@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
-from speculab.bench.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.over_http.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
 from speculab.methods import MethodSpec
 
 
