@@ -22,10 +22,10 @@ import time
 
 import torch
 
-from speculab.bench.memory import kv_bytes_per_token
 from speculab.cpu import cpu_has_native_bf16, reported_cpu_flags
 from speculab.models.config import ModelConfig
 from speculab.models.embedded import resolve_model_path
+from speculab.models.memory import kv_bytes_per_token
 from speculab.runtime import default_dtype
 
 CONTEXT = 1200

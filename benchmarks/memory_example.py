@@ -1,7 +1,7 @@
 """The worked memory example of docs/memory.md: Llama-3.3-70B AWQ on 4×24 GB GPUs (tensor parallel 4).
 
 Plain decoding vs a Llama-3.2-1B draft model (bf16) vs the 70B EAGLE-2 head (bf16), and the head as vLLM
-0.7.3 had to run it (draft tensor parallel 1). Every figure comes from speculab.bench.memory; the
+0.7.3 had to run it (draft tensor parallel 1). Every figure comes from speculab.models.memory; the
 assumptions are the constants below. The last stdout line is one JSON document.
 
     .venv/bin/python benchmarks/memory_example.py
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from speculab.bench.memory import eagle_head_parameters, estimate
 from speculab.models.config import CONFIGS
+from speculab.models.memory import eagle_head_parameters, estimate
 
 MiB, GiB = 2**20, 2**30
 DEVICE_BYTES = 24_564 * MiB  # one RTX 4090 as nvidia-smi reports it (24564 MiB)

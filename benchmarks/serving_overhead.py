@@ -24,13 +24,13 @@ import time
 import httpx
 
 from speculab import runtime
+from speculab.bench.in_process import Target, run_once
 from speculab.bench.over_http.endpoint import Endpoint, cell_figures, probe_all, run_requests
-from speculab.bench.runner import Target, run_once
-from speculab.bench.testbed import cpu_name
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cpu import reported_cpu_flags
 from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.sampling import SamplingParams
+from speculab.testbed import cpu_name
 
 
 def start_server(method: str, port: int) -> subprocess.Popen:

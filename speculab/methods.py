@@ -12,7 +12,7 @@ proposer through the proposer registry, and which drafter kind its memory
 estimate needs. Adding a method is one entry in ``METHODS``; nothing branches
 on names.
 
-Does not know: timing, HTTP, or memory arithmetic (``bench/memory.py``).
+Does not know: timing, HTTP, or memory arithmetic (``models/memory.py``).
 """
 
 from __future__ import annotations

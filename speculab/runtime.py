@@ -88,8 +88,8 @@ class LoadedModel:
 def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None) -> LoadedModel:
     """Load a checkpoint folder (or the embedded default) with its tokenizer."""
     device = device or default_device()
+    dtype = dtype or default_dtype(device, model_path)
     path = resolve_model_path(model_path)
-    dtype = dtype or default_dtype(device, path)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_native_bf16():

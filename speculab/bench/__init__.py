@@ -2,7 +2,8 @@
 
 ``cli.py`` (the command), ``runner.py`` (the run: cells in-process, over HTTP, on launched engines, appended to
 ``results.jsonl``), ``workload.py`` and ``workload_files/`` (the prompts), ``budget.py`` (cells sized to a time
-budget), ``latency.py``, ``agreement.py``, ``divergence.py`` (what a cell measures besides speed), ``memory.py``
-(what each method costs in memory), ``testbed.py`` (the machine), ``report/`` (the report, from results alone),
-``over_http/`` (servers measured over HTTP). ``speculab compare`` (speculab beside its peers) is ``speculab/compare/``.
+budget), ``latency.py``, ``agreement.py``, ``divergence.py`` (what a cell measures besides speed), ``plan.py`` (the
+settings and the cells left), ``in_process.py`` (cells in speculab's own process), ``results_store.py``, ``report/`` (the report, from results alone),
+``over_http/`` (servers measured over HTTP). ``speculab compare`` (speculab beside its peers) is ``speculab/compare/``; the memory arithmetic,
+``models/memory.py``; the machine's record, ``testbed.py``.
 """

@@ -104,7 +104,7 @@ def _add_server_flags(b) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from speculab.bench.runner import PROFILES, BenchConfig
+    from speculab.bench.plan import PROFILES, BenchConfig
     from speculab.methods import parse_method
 
     profile = PROFILES[args.profile]

@@ -49,19 +49,17 @@ def output_room(state: ServeState, prompt_ids: list[int]) -> int:
 
 def submit(state: ServeState, body, prompt_ids: list[int], max_tokens: int | None) -> Handle:
     """Queue the request; ``max_tokens`` None means all the room the context leaves."""
-    info, engine = state.info, state.worker.engine
+    info = state.info
     if body.model != info.model_name:
         raise ApiError(404, f"The model `{body.model}` does not exist; this server serves `{info.model_name}`", "model")
     room = output_room(state, prompt_ids)
     if any(t >= state.vocab_size for t in body.stop_token_ids or ()):
         raise ApiError(400, f"stop_token_ids must be in [0, {state.vocab_size})", "stop_token_ids")
     try:
-        params = body.sampling(max_tokens if max_tokens is not None else room, engine.default_stop_ids)
-        engine.check_request(prompt_ids, params)
+        params = body.sampling(max_tokens if max_tokens is not None else room, state.worker.engine.default_stop_ids)
+        return state.worker.submit(prompt_ids, params)
     except ValueError as err:
         param = next((f for f in SAMPLING_FIELDS if f in str(err)), None)
         raise ApiError(400, f"{err} (the context is {info.max_model_len} tokens: prompt + max_tokens must fit)", param) from None
-    try:
-        return state.worker.submit(prompt_ids, params)
     except QueueFull as err:
         raise ApiError(429, str(err)) from None

@@ -102,7 +102,9 @@ class EngineWorker:
         self._run(should_stop)
 
     def submit(self, prompt_ids: list[int], params: SamplingParams) -> Handle:
-        """Queue a request checked by ``engine.check_request``; QueueFull when every slot and queue place is taken."""
+        """Queue a request: ValueError when ``engine.check_request`` refuses it (it reads only the engine's settings,
+        so any thread may ask), QueueFull when every slot and queue place is taken."""
+        self.engine.check_request(prompt_ids, params)
         if self._in_system >= self.engine.max_batch + self.max_queue:
             raise QueueFull(
                 f"the server is full: {self.engine.max_batch} requests running and {self.max_queue} waiting "

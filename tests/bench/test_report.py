@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from speculab.bench.memory import estimate
 from speculab.bench.report import break_even, build_report, load_results, summary
 from speculab.models.config import CONFIGS
+from speculab.models.memory import estimate
 
 BATCHES = [1, 2, 4, 8, 16]
 TOK_S = {  # label -> tok/s per batch size (the study's table, as test data)

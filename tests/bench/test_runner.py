@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from speculab.bench import runner
+from speculab.bench import in_process, plan
 from speculab.cli import main
 from speculab.engine import Engine, PromptCache
 from speculab.sampling import SamplingParams
@@ -98,7 +98,7 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
 
 def test_killed_run_resumes_and_loses_only_the_cell_in_flight(setup, tmp_path, monkeypatch):
     out = tmp_path / "run"
-    real = runner.measure_cell
+    real = in_process.measure_cell
     calls = {"n": 0}
 
     def dies_on_the_fourth(*args, **kwargs):
@@ -107,13 +107,13 @@ def test_killed_run_resumes_and_loses_only_the_cell_in_flight(setup, tmp_path, m
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "measure_cell", dies_on_the_fourth)
+    monkeypatch.setattr(in_process, "measure_cell", dies_on_the_fourth)
     with pytest.raises(KeyboardInterrupt):
         main(bench_args(setup, out))
     assert len(cells(out)) == 3
     with open(out / "results.jsonl", "a") as f:
         f.write('{"kind": "cell", "run_id": "cut mid-wri')  # a kill in the middle of a write
-    monkeypatch.setattr(runner, "measure_cell", real)
+    monkeypatch.setattr(in_process, "measure_cell", real)
     assert main(bench_args(setup, out)) == 2  # without --resume an existing run is never overwritten
     assert main(bench_args(setup, out, "--resume")) == 0
     rows = cells(out)
@@ -172,7 +172,7 @@ def test_method_specs_parse_with_defaults_and_labels():
 
 
 def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(runner.PROFILES, "quick", {**runner.PROFILES["quick"], "time_budget_s": 1e-3})
+    monkeypatch.setitem(plan.PROFILES, "quick", {**plan.PROFILES["quick"], "time_budget_s": 1e-3})
     args = [a for a in bench_args(setup, tmp_path / "run") if a not in ("--num-prompts", "6")]
     assert main(args) == 0
     run = next(json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if '"run"' in line)

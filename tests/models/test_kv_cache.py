@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from speculab.bench.memory import kv_bytes_per_token
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, causal_batch
+from speculab.models.memory import kv_bytes_per_token
 from tests.helpers import tiny_model
 
 

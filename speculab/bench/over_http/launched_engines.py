@@ -16,12 +16,15 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from tqdm import tqdm
-
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
 from speculab.bench.over_http.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.plan import RunContext
+from speculab.launch.prepare import prepare
+from speculab.launch.server import EngineServer
 from speculab.methods import MethodSpec
+from speculab.models.embedded import ensure_embedded_model
+from speculab.runtime import default_dtype, load
 
 
 def engine_label(engine: str, spec: MethodSpec) -> str:
@@ -31,70 +34,70 @@ def engine_label(engine: str, spec: MethodSpec) -> str:
 def peer_dtype(cfg, target: Path) -> str:
     """The dtype a launched engine runs in: the one speculab's own cells run in (``--dtype``, else speculab's pick
     for the target), so that both sides' greedy outputs and acceptance are comparable token for token."""
-    from speculab.runtime import default_dtype
-
     return cfg.dtype or default_dtype(model_path=target)
 
 
 def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
     """Every method's command for every launched engine, written before anything runs: a method the installed
     engine version cannot run is an error now, not after the in-process cells."""
-    from speculab.launch.prepare import prepare
-
     dtype = peer_dtype(cfg, target)
     for engine in engines:
         for spec in cfg.methods:
             prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=dtype, print_only=True)
 
 
-def measure_engine(
-    engine: str,
-    cfg,
-    items,
-    target: Path,
-    out: Path,
-    done: set,
-    results,
-    run_id: str,
-    reference_model,
-    bar: tqdm | None,
-    progress: bool,
-    speculab_texts: dict[int, list[str]] | None = None,
-) -> None:
-    """Every method of ``cfg`` on ``engine``, each batch size not yet ``done``; cells go to ``results``.
-    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with."""
-    from speculab.launch.prepare import prepare
-    from speculab.launch.server import EngineServer
+class ReferenceModel:
+    """The target in speculab's code, loaded on first use: launched engines' divergences are checked on it."""
 
+    def __init__(self, model: str | None, dtype: str | None, loaded=None):
+        """``loaded``: the target the in-process cells loaded already (runtime.LoadedModel), if any."""
+        self.model, self.dtype, self.loaded = model, dtype, loaded
+
+    @property
+    def path(self) -> Path:
+        if self.loaded is not None:
+            return Path(self.loaded.path)
+        return Path(self.model) if self.model else ensure_embedded_model()
+
+    def __call__(self):
+        if self.loaded is None:
+            self.loaded = load(self.model, self.dtype)
+        return self.loaded
+
+
+def measure_engine(engine: str, run: RunContext, items, reference: ReferenceModel, speculab_texts: dict[int, list[str]]) -> None:
+    """Every method of the run on ``engine``, each batch size the plan has left, one server launch per method.
+    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with."""
+    cfg = run.cfg
     texts: dict[int, list[str]] = {}  # batch size -> the engine's baseline outputs
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
         label = engine_label(engine, spec)
-        sizes = [b for b in cfg.batch_sizes if (label, b) not in done]
+        sizes = [b for b in cfg.batch_sizes if run.plan.pending(label, b)]
         if not sizes:
             continue
-        servers = out / "servers"
-        plan = prepare(engine, spec, target, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=peer_dtype(cfg, target))
-        if bar is not None:
-            bar.set_postfix_str(f"starting {label}")
-        with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=progress):
+        servers = run.out / "servers"
+        plan = prepare(
+            engine, spec, reference.path, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
+        )
+        run.show(f"starting {label}")
+        with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=run.progress):
             endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
             info = dataclasses.replace(
                 probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
             )
             _warm_up(endpoint, info, items, cfg)
             for batch_size in sizes:
-                if bar is not None:
-                    bar.set_postfix_str(f"{label} b{batch_size}")
-                cell = measure_endpoint_cell(endpoint, info, items, batch_size, cfg, texts.get(batch_size), bar)
+                run.show(f"{label} b{batch_size}")
+                cell = measure_endpoint_cell(endpoint, info, items, batch_size, cfg, texts.get(batch_size), run.bar)
                 cell |= {"params": spec.params, "launch": plan.record()}
                 if spec.name == "baseline":
                     texts[batch_size] = cell["output_texts"]
-                    cell |= _against_speculab(cell, (speculab_texts or {}).get(batch_size), reference_model, items, cfg)
+                    cell |= _against_speculab(cell, speculab_texts.get(batch_size), reference, items, cfg)
                 elif cell["greedy_identical"] is False:
                     cell |= divergence_fields(
-                        divergences(reference_model(), _prompt_ids(reference_model(), items), cell["output_texts"], texts[batch_size])
+                        divergences(reference(), _prompt_ids(reference(), items), cell["output_texts"], texts[batch_size])
                     )
-                results.append({"run_id": run_id, **cell})
+                run.write(cell)
 
 
 def _against_speculab(cell: dict, ours: list[str] | None, reference_model, items, cfg) -> dict:

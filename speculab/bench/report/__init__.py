@@ -5,8 +5,8 @@ figure is canned. Modules: ``results`` (reading results.jsonl), ``findings`` (br
 the recommendation), ``numbers`` (formatting), ``sections`` (what the report says, as typed blocks),
 ``blocks`` (the block types, Markdown and HTML), ``plots`` (PNG).
 
-Does not know: how cells were measured (``speculab.bench.runner``, ``speculab.bench.over_http.endpoint``) or how
-memory is estimated (``speculab.bench.memory``); it reads what they stored.
+Does not know: how cells were measured (``speculab.bench.in_process``, ``speculab.bench.over_http``) or how
+memory is estimated (``speculab.models.memory``); it reads what they stored.
 """
 
 from __future__ import annotations

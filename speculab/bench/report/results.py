@@ -1,7 +1,7 @@
 """Reading results.jsonl: the records that count, by label and batch size.
 
 Knows: the two record kinds. ``run`` (run_id, started, config, testbed, models, memory: {method:
-speculab.bench.memory.estimate dict}, endpoints); a resumed run appends another with the same run_id,
+speculab.models.memory.estimate dict}, endpoints); a resumed run appends another with the same run_id,
 and the last one counts. ``cell`` (one label at one batch size: tok_s, latency percentiles, tau,
 acceptance figures, engine and transport, ...); only cells of the last run's run_id count, and a
 repeated (label, batch_size) counts its last record. Unknown kinds and fields are ignored; lines that

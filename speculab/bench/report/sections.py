@@ -251,7 +251,7 @@ def _memory_blocks(results: Results) -> list[Block]:
         )
     any_m = next(iter(stored.values()))
     assumptions = (
-        f"Analytic estimates (speculab.bench.memory): device memory {size(any_m.get('device_bytes'))} × utilisation "
+        f"Analytic estimates (speculab.models.memory): device memory {size(any_m.get('device_bytes'))} × utilisation "
         f"{any_m.get('memory_utilization')}, overhead {size(any_m.get('overhead_bytes_per_device'))} per device, tensor parallel "
         f"{any_m.get('tensor_parallel')}, target weights {any_m.get('target_weight_format')}, KV {any_m.get('kv_dtype_bytes')} bytes per value; "
         f"sessions are whole sessions of {any_m.get('session_tokens')} tokens."

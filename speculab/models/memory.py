@@ -316,20 +316,3 @@ def machine_memory_budget() -> int:
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     raise OSError("cannot tell this machine's memory size")
-
-
-def method_estimate(spec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
-    """:func:`estimate` for a method spec (``speculab.methods.MethodSpec``): its drafter's kind and config."""
-    from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, draft_vocab_size, drafter_path
-    from speculab.models.eagle_head import read_head_config
-
-    kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
-    drafter_cfg, options = None, {}
-    if kind == "draft":
-        drafter_cfg = ModelConfig.from_file(path / "config.json")
-    elif kind in ("eagle", "eagle3"):
-        raw, drafter_cfg, _ = read_head_config(path)
-        options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-    if kind in AUTO_DRAFT_VOCAB and (size := draft_vocab_size(kind, spec.params, path)) is not None:
-        options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
-    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from speculab.bench.memory import (
+from speculab.models.config import CONFIGS, ModelConfig
+from speculab.models.memory import (
     KVCapacity,
     drafter_kv_bytes_per_token,
     eagle3_head_tensors,
@@ -18,7 +19,6 @@ from speculab.bench.memory import (
     model_tensors,
     model_weights,
 )
-from speculab.models.config import CONFIGS, ModelConfig
 
 TINY = ModelConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 TINY_DRAFT = ModelConfig(

@@ -1,0 +1,196 @@
+"""The cells ``speculab bench`` measures in its own process: a method at a batch size on the loaded target.
+
+Knows: the target and its prompts (their prefill shared through a prompt cache in ``--quick``), warm-up, repeats
+(the median repeat's figures), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
+ITL at p50 and p99, τ and acceptance overall, per domain and per position, peak memory, greedy identity with the
+baseline and, where outputs part, whether at a near-tie) and how many prompts each batch size runs under a time
+budget (``budget.py``).
+
+Does not know: the results file, HTTP cells, or how proposers work.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from speculab.bench.agreement import prefix_agreement
+from speculab.bench.budget import calibrate, prompts_per_batch
+from speculab.bench.divergence import divergence_fields, token_divergences
+from speculab.bench.latency import request_timings
+from speculab.bench.plan import BenchConfig
+from speculab.bench.workload import WorkloadItem
+from speculab.engine import Engine, PromptCache, sequence_length
+from speculab.methods import MethodSpec, new_proposer
+from speculab.request import Request
+from speculab.runtime import LoadedModel, load
+from speculab.sampling import LogitMargin, SamplingParams
+from speculab.spec_stats import SpecStats
+
+
+def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:
+    """The target model and the workload's prompts in its chat template."""
+    loaded = load(cfg.model, cfg.dtype)
+    prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
+    return Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
+
+
+# -- memory -----------------------------------------------------------------------------------
+def reset_peak_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM, the peak RSS
+    except OSError:
+        pass
+
+
+def peak_memory() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# -- one cell ---------------------------------------------------------------------------------
+def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
+    total, by_domain = SpecStats(), {}
+    for r, item in zip(requests, items):
+        total.merge(r.stats)
+        by_domain.setdefault(item.domain, SpecStats()).merge(r.stats)
+    return {
+        "tau": total.mean_acceptance_length,
+        "acceptance_rate": total.acceptance_rate,
+        "acceptance_by_domain": {d: s.acceptance_rate for d, s in sorted(by_domain.items())},
+        "tau_by_domain": {d: s.mean_acceptance_length for d, s in sorted(by_domain.items())},
+        "accepted_per_position": total.accepted_per_position,
+        "drafted_per_position": total.drafted_per_position,
+        "reached_per_position": total.reached_per_position,
+        "conditional_acceptance": total.conditional_acceptance,
+        "steps": total.steps,
+        "draft_tokens": total.draft_tokens,
+        "accepted_tokens": total.accepted_tokens,
+    }
+
+
+@dataclass
+class Target:
+    loaded: LoadedModel
+    prompts: list[list[int]]
+    items: list[WorkloadItem]
+    cache: PromptCache | None
+    baseline_outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # batch size -> outputs
+    baseline_margins: dict[int, list[list[LogitMargin]]] = field(default_factory=dict)  # batch size -> per prompt, per token
+
+    def first(self, n: int) -> Target:
+        """The first n prompts (the workload interleaves its domains, so they stay mixed); outputs shared."""
+        return replace(self, prompts=self.prompts[:n], items=self.items[:n])
+
+
+def run_once(target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None) -> tuple[list[Request], float]:
+    lm = target.loaded
+    max_len = sequence_length(max(map(len, target.prompts)), max(p.max_tokens for p in params), proposer)
+    engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache)
+    requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
+    start = time.perf_counter()
+    for r in requests:
+        r.arrival_time = start  # every request arrives at once; queue_p50_s is its wait for a slot
+    while engine.has_work:
+        events = engine.step()
+        if bar is not None:
+            bar.update(sum(len(e.token_ids) for e in events))
+    return requests, time.perf_counter() - start
+
+
+def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
+    # at temperature 0 each token's top-1/top-2 margin is kept: where outputs part, it tells rounding from a bug
+    params = [
+        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, logit_margins=cfg.temperature == 0)
+        for i in range(len(target.prompts))
+    ]
+    runs = []
+    reset_peak_memory()
+    for _ in range(cfg.repeats):
+        proposer = new_proposer(spec, options)
+        requests, wall = run_once(target, proposer, batch_size, params, bar)
+        tokens = sum(len(r.output_ids) for r in requests)
+        runs.append((tokens / wall, wall, tokens, requests))
+    runs.sort(key=lambda run: run[0])
+    tok_s, wall, tokens, requests = runs[len(runs) // 2]  # the median repeat
+    outputs = [r.output_ids for r in requests]
+    margins = [r.logit_margins for r in requests]
+    if spec.name == "baseline":
+        target.baseline_outputs[batch_size] = outputs
+        target.baseline_margins[batch_size] = margins
+    at = batch_size if batch_size in target.baseline_outputs else next(iter(target.baseline_outputs), None)
+    reference = target.baseline_outputs.get(at)
+    greedy = cfg.temperature == 0 and reference is not None
+    return {
+        "kind": "cell",
+        "method": spec.name,
+        "label": spec.label,
+        "params": spec.params,
+        "batch_size": batch_size,
+        "num_prompts": len(requests),
+        "repeats": cfg.repeats,
+        "output_tokens": tokens,
+        "wall_s": wall,
+        "tok_s": tok_s,
+        "tok_s_repeats": sorted(run[0] for run in runs),
+        **request_timings(requests),
+        **_stats(requests, target.items),
+        "peak_rss_bytes": peak_memory(),
+        "greedy_identical": (outputs == reference) if greedy else None,
+        "agreement": prefix_agreement(outputs, reference) if greedy else None,
+        **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),
+        "prompt_cache": target.cache is not None,
+        "stopped": sum(r.finish_reason == "stop" for r in requests),
+        **({"outputs": outputs, "logit_margins": margins} if spec.name == "baseline" else {}),
+    }
+
+
+def _divergence_fields(target: Target, outputs, reference, margins, at: int) -> dict:
+    """Where the output parts from the baseline's (at batch ``at``), both runs' margins there and the target's gap."""
+    ref_margins = target.baseline_margins.get(at)
+    return divergence_fields(token_divergences(target.loaded, target.prompts, outputs, reference, margins, ref_margins))
+
+
+def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -> dict:
+    """The run record's ``prompts_per_batch`` (and the calibration it came from): every prompt, or as many as
+    ``cfg.time_budget_s`` allows on this machine. Sized once: a resumed run keeps its first sizing."""
+    if target is None:
+        return {}
+    if previous_run and previous_run.get("prompts_per_batch"):
+        kept = {int(b): n for b, n in previous_run["prompts_per_batch"].items()}  # JSON keys are strings
+        return {"prompts_per_batch": kept, "calibration_tok_s": previous_run.get("calibration_tok_s")}
+    if not cfg.time_budget_s:
+        return {"prompts_per_batch": {b: len(target.prompts) for b in cfg.batch_sizes}}
+    lm = target.loaded
+    rates = calibrate(lm.model, target.prompts, cfg.batch_sizes, lm.tokenizer.stop_ids, target.cache)
+    sized = prompts_per_batch(
+        rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_budget_s, len(target.prompts)
+    )
+    return {"prompts_per_batch": sized, "calibration_tok_s": rates}
+
+
+def warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:
+    """Fill the prompt cache (timed: the prefill figure of the run) with the target's and each drafter's
+    prompt state, and run each method once, briefly."""
+    lm = target.loaded
+    if target.cache is not None:
+        engine = Engine(lm.model, 1, max(map(len, target.prompts)) + 4, lm.tokenizer.stop_ids, None, target.cache)
+        for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
+            engine.generate([ids], SamplingParams(max_tokens=1))
+    for spec in specs:
+        proposer = new_proposer(spec, options_of[spec.label])
+        if target.cache is not None and proposer.prompt_cache_key is not None:
+            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
+                run_once(target, proposer, 1, [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
+            proposer = new_proposer(spec, options_of[spec.label])
+        run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

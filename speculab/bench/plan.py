@@ -1,0 +1,100 @@
+"""What a ``speculab bench`` run is to measure: its settings, and which of its cells are left.
+
+Knows: the profiles, the run's settings (``BenchConfig``), which run this is (a new one, or the one ``--resume``
+continues) and which cells it measured already, from the results file so far; and ``RunContext``, what every kind of
+cell is handed to write its record.
+Does not know: how a cell is measured (``in_process.py``, ``over_http/``), or the report.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from speculab.bench.results_store import ResultsFile
+from speculab.methods import MethodSpec
+
+PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
+    "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
+    "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    methods: tuple[MethodSpec, ...]
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    num_prompts: int = 16
+    max_tokens: int = 32
+    temperature: float = 0.0
+    repeats: int = 1
+    seed: int = 0
+    workload: str | None = None
+    profile: str = "quick"
+    time_budget_s: float | None = None  # in-process cells sized to it (budget.py); None: every prompt in every cell
+    dtype: str | None = None
+    model: str | None = None
+    prompt_cache: bool = True
+    endpoints: tuple = ()  # speculab.bench.over_http.endpoint.Endpoint, measured beside the in-process methods
+    request_timeout: float = 600.0  # seconds, per HTTP request
+    engines: tuple[str, ...] = ("speculab",)  # where the methods run: speculab in-process, and/or launched engines
+    engine_python: str | None = None  # the launched engines' Python (default for vLLM: `make vllm`'s environment)
+    engine_port: int = 8300  # where a launched engine listens, on 127.0.0.1
+
+    @property
+    def in_process(self) -> tuple[MethodSpec, ...]:
+        return self.methods if "speculab" in self.engines else ()
+
+    @property
+    def launched(self) -> list[str]:
+        """The engines speculab launches for the methods (vllm, sglang)."""
+        return [e for e in self.engines if e != "speculab"]
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["methods"] = [m.label for m in self.methods]
+        d["endpoints"] = [
+            {"url": e.root, "label": e.label, "served_model": e.served_model, "baseline": e.baseline} for e in self.endpoints
+        ]  # never the API key
+        d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
+        return d
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run_id: str
+    done: frozenset[tuple[str, int]]  # (label, batch size) measured already in this run
+    previous_run: dict | None  # the run record a resumed run continues (its sizing is kept)
+
+    def pending(self, label: str, batch_size: int) -> bool:
+        return (label, batch_size) not in self.done
+
+
+def plan_run(previous: list[dict], resume: bool) -> RunPlan:
+    """A new run, or with ``resume`` the last one in ``previous`` (the results file's records)."""
+    runs = [r for r in previous if r.get("kind") == "run"]
+    run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
+    done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
+    return RunPlan(run_id, frozenset(done), runs[-1] if runs and resume else None)
+
+
+@dataclass
+class RunContext:
+    """What every kind of cell is handed: the settings, the plan, where records go, and the progress bar."""
+
+    cfg: BenchConfig
+    plan: RunPlan
+    results: ResultsFile
+    out: Path  # the run's folder (launched engines keep their commands and logs under out/servers)
+    bar: tqdm | None = None
+    progress: bool = True
+
+    def write(self, cell: dict) -> None:
+        self.results.append({"run_id": self.plan.run_id, **cell})
+
+    def show(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(what)

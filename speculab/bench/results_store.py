@@ -1,0 +1,62 @@
+"""``results.jsonl``, the one place a ``speculab bench`` run writes to and the report reads from.
+
+Knows: one JSON object per line, appended and flushed as results arrive; a line cut by a kill is dropped before
+the next record; which records a resumed run needs back (its baselines' outputs: the references of greedy identity).
+Does not know: what the records hold beyond their kind, run id, label and batch size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from speculab.jsonl import read_records
+from speculab.sampling import LogitMargin
+
+
+class ResultsFile:
+    """``results.jsonl``: one JSON object per line, appended and flushed as results arrive."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> list[dict]:
+        return read_records(self.path)
+
+    def truncate_partial_line(self) -> None:
+        """A kill mid-write leaves a line without its newline: cut it, so the next record starts clean."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def append(self, record: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+
+
+@dataclass
+class References:
+    """The baselines' outputs a run compares every other cell with, by batch size (and engine over HTTP)."""
+
+    outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # in-process: batch size -> token ids per prompt
+    margins: dict[int, list[list[LogitMargin]]] = field(default_factory=dict)  # batch size -> per prompt, per token
+    texts: dict[tuple, list[str]] = field(default_factory=dict)  # (engine, batch size) -> an endpoint baseline's texts
+
+    @classmethod
+    def of_run(cls, previous: list[dict], run_id: str) -> References:
+        """What a resumed run measured already: it still checks greedy identity against those baselines."""
+        found = cls()
+        for r in previous:
+            if r.get("kind") != "cell" or r.get("run_id") != run_id or r.get("method") != "baseline":
+                continue
+            if "outputs" in r:
+                found.outputs[r["batch_size"]] = r["outputs"]
+                if r.get("logit_margins"):  # records written before margins were kept have none
+                    found.margins[r["batch_size"]] = [[LogitMargin(*m) for m in ms] for ms in r["logit_margins"]]
+            if "output_texts" in r:
+                found.texts[(r.get("engine"), r["batch_size"])] = r["output_texts"]
+        return found
