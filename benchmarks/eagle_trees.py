@@ -104,7 +104,7 @@ def main() -> int:
                 "tau": round(st.mean_acceptance_length, 3) if st.steps else 1.0,
                 "accepted_per_position": st.accepted_per_position,
                 "conditional_acceptance": [round(c, 3) for c in st.conditional_acceptance],
-                "draft_tokens_per_step": round(st.draft_tokens / st.steps, 2) if st.steps else 0,
+                "draft_tokens_per_step": round(st.draft_nodes / st.steps, 2) if st.steps else 0,
                 # drafting time per tree level (catch-up included) over one plain decoding step
                 "draft_level_cost": round(statistics.median(drafting[spec.label]) / forward_s, 3),
             }

@@ -30,7 +30,7 @@ import torch
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.request import Request, TokenEvent
-from speculab.sampling import SamplingParams, logit_margins, sample_rows, target_probs
+from speculab.sampling import SamplingParams, logit_margins, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_greedy, verify_sampled
@@ -235,7 +235,7 @@ class Engine:
         if r.params.greedy:
             verdict = verify_greedy(tree, logits[:n])
         else:
-            verdict = verify_sampled(tree, target_probs(logits[:n], r.params), r.generator)
+            verdict = verify_sampled(tree, sampling_probs(logits[:n], r.params), r.generator)
         start = self.cache.lengths[r.slot]
         self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
         last_has_children = bool(tree.children()[verdict.accepted[-1]])
@@ -244,7 +244,7 @@ class Engine:
             self.proposer.observe(r.slot, features[verdict.accepted])
         accepted = tree.tokens[verdict.accepted[1:]].tolist()
         chosen_from = logits[verdict.accepted] if r.params.logit_margins else None  # row of node i: token i+1
-        return self._emit(r, accepted + [verdict.bonus], chosen_from)
+        return self._emit(r, accepted + [verdict.next_token], chosen_from)
 
     def _features(self, out) -> torch.Tensor:
         """[batch, q, width]: the final hidden states, or the proposer's chosen layers' inputs side by side."""

@@ -1,9 +1,10 @@
-"""Sampling parameters and the target distribution they define.
+"""Sampling parameters and the distribution they make of a model's logits.
 
 Knows: greedy (temperature 0), temperature, top-k, top-p, per-request seeds.
-``target_probs`` is the one definition of "the target's distribution" that
-both plain sampling and lossless speculative verification draw from, so the
-two cannot drift apart. Does not know: drafts or acceptance (``speculative/verify.py``).
+``sampling_probs`` is the one definition of that distribution: of the target's
+logits, what plain sampling and lossless speculative verification draw from; of
+a draft model's, what its sampled drafts are drawn from. So they cannot drift
+apart. Does not know: drafts or acceptance (``speculative/verify.py``).
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def greedy_tokens(logits: Tensor) -> list[int]:
     return logits.detach().numpy().argmax(-1).tolist()
 
 
-def target_probs(logits: Tensor, params: SamplingParams) -> Tensor:
-    """The distribution sampling draws from: softmax(logits / T) restricted by top-k and top-p.
+def sampling_probs(logits: Tensor, params: SamplingParams) -> Tensor:
+    """The distribution a request's settings make of logits (the target's or a drafter's): softmax(logits / T)
+    restricted by top-k and top-p.
 
     logits: [n, vocab] (any float dtype); returns fp32 probabilities [n, vocab].
     Greedy params give a one-hot distribution on the argmax.
@@ -136,6 +138,6 @@ def sample_rows(
     tokens = greedy_tokens(logits)
     for row, p in enumerate(params):
         if not p.greedy:
-            probs = target_probs(logits[row : row + 1], p)
+            probs = sampling_probs(logits[row : row + 1], p)
             tokens[row] = int(torch.multinomial(probs, 1, generator=generators[row]).item())
     return tokens

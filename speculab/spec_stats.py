@@ -2,9 +2,11 @@
 
 - ``steps``: verify steps (target forwards after prefill).
 - ``drafts``: steps whose draft was not empty.
-- ``draft_tokens``: draft nodes proposed (a tree counts all its nodes).
+- ``draft_nodes``: draft nodes proposed (a tree counts all its nodes; vLLM's ``num_draft_nodes``;
+  ``draft_tokens`` in results files and cards).
 - ``drafted_depth``: draft tokens along the verified depth, summed over steps
-  (a chain of k counts k; a tree counts its depth): the most that could be accepted.
+  (a chain of k counts k; a tree counts its depth): the most that could be accepted
+  (vLLM's ``num_draft_tokens``).
 - ``accepted_tokens``: draft tokens accepted.
 - ``accepted_per_position[i]``: steps that accepted a token at depth i+1.
 - ``drafted_per_position[i]``: steps whose draft reached depth i+1.
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 class SpecStats:
     steps: int = 0
     drafts: int = 0
-    draft_tokens: int = 0
+    draft_nodes: int = 0
     drafted_depth: int = 0
     accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
@@ -39,7 +41,7 @@ class SpecStats:
         tested = min(depth, accepted + 1) if tested is None else tested
         self.steps += 1
         self.drafts += draft_size > 0
-        self.draft_tokens += draft_size
+        self.draft_nodes += draft_size
         self.drafted_depth += depth
         self.accepted_tokens += accepted
         self.accepted_per_position = _combine(self.accepted_per_position, [1] * accepted)
@@ -76,7 +78,7 @@ class SpecStats:
         return {
             "steps": self.steps,
             "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
+            "draft_tokens": self.draft_nodes,  # the key results and cards have always used for the nodes
             "drafted_depth": self.drafted_depth,
             "accepted_tokens": self.accepted_tokens,
             "accepted_per_position": self.accepted_per_position,
@@ -98,7 +100,7 @@ def per_depth_summary(record: dict) -> str:
     return ", ".join(parts) if parts else "n/a"
 
 
-_COUNTS = ("steps", "drafts", "draft_tokens", "drafted_depth", "accepted_tokens")
+_COUNTS = ("steps", "drafts", "draft_nodes", "drafted_depth", "accepted_tokens")
 _PER_POSITION = ("accepted_per_position", "drafted_per_position", "reached_per_position")
 
 

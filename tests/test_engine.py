@@ -120,14 +120,14 @@ def test_a_request_failing_in_verification_fails_alone(model, monkeypatch):
     """One request whose sampling raises ends with finish_reason "error"; the requests batched with it are untouched."""
     import speculab.engine
 
-    real = speculab.engine.target_probs
+    real = speculab.engine.sampling_probs
 
     def breaks_on_one(logits, params):
         if params.temperature == 0.5:
             raise FloatingPointError("this request's distribution is broken")
         return real(logits, params)
 
-    monkeypatch.setattr(speculab.engine, "target_probs", breaks_on_one)
+    monkeypatch.setattr(speculab.engine, "sampling_probs", breaks_on_one)
     prompts = prompts_of([6, 9, 4], seed=4)
     good = SamplingParams(max_tokens=8, ignore_eos=True)
     bad = SamplingParams(max_tokens=8, temperature=0.5, seed=1, ignore_eos=True)

@@ -1,23 +1,23 @@
 import pytest
 import torch
 
-from speculab.sampling import SamplingParams, greedy_tokens, sample_rows, target_probs
+from speculab.sampling import SamplingParams, greedy_tokens, sample_rows, sampling_probs
 
 
 def test_greedy_is_one_hot_argmax():
     logits = torch.randn(3, 50)
-    probs = target_probs(logits, SamplingParams())
+    probs = sampling_probs(logits, SamplingParams())
     assert torch.equal(probs.argmax(-1), logits.argmax(-1)) and torch.equal(probs.sum(-1), torch.ones(3))
 
 
 def test_top_k_and_top_p_restrict_support():
     logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
-    k2 = target_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    k2 = sampling_probs(logits, SamplingParams(temperature=1.0, top_k=2))
     assert (k2[0, 2:] == 0).all() and torch.isclose(k2.sum(), torch.tensor(1.0))
     full = logits.softmax(-1)[0]
-    p = target_probs(logits, SamplingParams(temperature=1.0, top_p=float(full[0] + full[1]) - 1e-4))
+    p = sampling_probs(logits, SamplingParams(temperature=1.0, top_p=float(full[0] + full[1]) - 1e-4))
     assert (p[0, 2:] == 0).all() and (p[0, :2] > 0).all()
-    first_only = target_probs(logits, SamplingParams(temperature=1.0, top_p=0.01))
+    first_only = sampling_probs(logits, SamplingParams(temperature=1.0, top_p=0.01))
     assert first_only[0, 0] == 1.0
 
 
@@ -44,7 +44,7 @@ def test_bad_params_are_rejected(bad):
 def test_every_positive_temperature_and_top_p_gives_a_distribution(temperature, top_p):
     """Tiny temperatures overflowed the scaled logits (inf - inf) and tiny top_p emptied the nucleus: NaN."""
     logits = torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
-    probs = target_probs(logits, SamplingParams(temperature=temperature, top_p=top_p, top_k=5))
+    probs = sampling_probs(logits, SamplingParams(temperature=temperature, top_p=top_p, top_k=5))
     assert not probs.isnan().any() and torch.allclose(probs.sum(-1), torch.ones(4))
     assert ((probs > 0).sum(-1) <= 5).all()  # top-k holds at any temperature
     if temperature <= 1:  # (past that, top-p chooses among near-equal probabilities)

@@ -74,7 +74,7 @@ def _stats(requests: list[Request], items: list[WorkloadItem]) -> dict:
         "reached_per_position": total.reached_per_position,
         "conditional_acceptance": total.conditional_acceptance,
         "steps": total.steps,
-        "draft_tokens": total.draft_tokens,
+        "draft_tokens": total.draft_nodes,
         "accepted_tokens": total.accepted_tokens,
     }
 

@@ -8,7 +8,7 @@ decoding the same way for every side: the decode rate of a run is
 leaves prefill out of the figure; the reported rate is the median over repeats,
 all in one process, after a short warm-up run.
 
-Does not know: speculation (the EAGLE reference comparison lives with it).
+Does not know: how speculab speculates (``compare_eagle_reference`` runs its EAGLE beside the reference code through the method table).
 """
 
 from __future__ import annotations

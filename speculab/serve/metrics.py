@@ -121,7 +121,7 @@ class ServerMetrics:
         self.drafts.inc(delta.drafts)
         self.draft_tokens.inc(delta.drafted_depth)
         self.accepted.inc(delta.accepted_tokens)
-        self.draft_nodes.inc(delta.draft_tokens)
+        self.draft_nodes.inc(delta.draft_nodes)
         for position, count in enumerate(delta.accepted_per_position):
             if count:
                 self.accepted_per_pos.labels(**self._labels, position=str(position)).inc(count)

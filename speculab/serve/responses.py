@@ -48,7 +48,7 @@ def spec_metrics(stats: SpecStats) -> dict:
         "speculative_decoding": {
             "num_drafts": stats.drafts,
             "num_draft_tokens": stats.drafted_depth,
-            "num_draft_nodes": stats.draft_tokens,
+            "num_draft_nodes": stats.draft_nodes,
             "num_accepted_draft_tokens": stats.accepted_tokens,
             "num_accepted_tokens_per_pos": stats.accepted_per_position,
             "num_verify_steps": stats.steps,

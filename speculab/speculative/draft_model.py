@@ -23,7 +23,7 @@ import torch
 
 from speculab.models.config import ModelConfig
 from speculab.models.llama import Transformer, causal_batch, prefill
-from speculab.sampling import greedy_tokens, target_probs
+from speculab.sampling import greedy_tokens, sampling_probs
 from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
@@ -109,7 +109,7 @@ class DraftModelProposer(Proposer):
             if r.params.greedy:
                 probs.append(None)
                 continue
-            p = target_probs(logits[row : row + 1], r.params)[0]
+            p = sampling_probs(logits[row : row + 1], r.params)[0]
             picked[row] = torch.multinomial(p, 1, generator=r.generator)[0]
             probs.append(p if self.reduced is None else self.reduced.spread(p))
         tokens = picked if self.reduced is None else self.reduced.to_target(picked)

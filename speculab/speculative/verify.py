@@ -1,15 +1,16 @@
-"""Verification: which draft tokens the target accepts, and the bonus token.
+"""Verification: which draft tokens the target accepts, and the token it adds after them.
 
 Terms (as in vLLM): *draft* tokens are proposed; *accepted* tokens are the
-draft tokens on the path the target keeps; the *bonus* token is the one the
-target contributes after the last accepted node (sampled from the target, or
-from the residual distribution after a rejection, the *recovered* token).
+draft tokens on the path the target keeps; after the last accepted node the
+target adds one token of its own: the *bonus* token when that node has no
+children left to try (every draft on the path accepted), the *recovered* token
+when its children were all rejected (drawn from the residual distribution).
 Every verify step therefore emits accepted + 1 tokens.
 
 Greedy: follow the tree from the root, at each node stepping to the child
 whose token is the target's argmax there (the longest such path when a parent
 has two children with the same token); the bonus is the argmax after the last
-accepted node.
+accepted node (recovered where the node has children).
 
 Sampled (lossless): at each node with target distribution p, try its children
 in order. A child x drawn from draft distribution q is accepted with
@@ -17,7 +18,7 @@ probability min(1, p(x) / q(x)); on rejection p becomes norm(max(p - q, 0))
 before the next child is tried (Leviathan/Chen for a chain; recursive
 rejection, SpecInfer/EAGLE style, for siblings). Deterministic drafts (top-k,
 n-gram) have q = a point mass on x: accept with p(x), else zero p(x). When no
-child is accepted, the bonus is sampled from what is left of p.
+child is accepted, the recovered token is sampled from what is left of p.
 
 Does not know: models or caches; it maps (tree, target distributions) to a path.
 """
@@ -36,7 +37,8 @@ from speculab.speculative.tree import VerifyTree
 @dataclass(frozen=True)
 class Verdict:
     accepted: list[int]  # node indices of the kept path, root (0) first
-    bonus: int  # the target's token after the last accepted node
+    next_token: int  # the target's token after the last accepted node
+    recovered: bool  # True: that node's children were rejected (the recovered token); False: the bonus token
 
     @property
     def num_accepted(self) -> int:
@@ -60,7 +62,7 @@ def verify_greedy(tree: VerifyTree, target_logits: Tensor) -> Verdict:
         return best
 
     path = [0, *longest(0)]
-    return Verdict(path, argmax[path[-1]])
+    return Verdict(path, argmax[path[-1]], recovered=bool(children[path[-1]]))
 
 
 def verify_sampled(tree: VerifyTree, target_probs: Tensor, generator: torch.Generator | None) -> Verdict:
@@ -88,11 +90,9 @@ def verify_sampled(tree: VerifyTree, target_probs: Tensor, generator: torch.Gene
                 p = target_probs[node].clone()
             else:
                 p /= total
-        if accepted_child is None:
-            bonus = int(torch.multinomial(p, 1, generator=generator))
-            return Verdict(path, bonus)
+        if accepted_child is None:  # every child rejected, or none to try
+            return Verdict(path, int(torch.multinomial(p, 1, generator=generator)), recovered=bool(children[node]))
         path.append(accepted_child)
         node = accepted_child
         if not children[node]:
-            bonus = int(torch.multinomial(target_probs[node], 1, generator=generator))
-            return Verdict(path, bonus)
+            return Verdict(path, int(torch.multinomial(target_probs[node], 1, generator=generator)), recovered=False)

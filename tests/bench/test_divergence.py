@@ -99,7 +99,7 @@ def test_a_verifier_bug_is_not_taken_for_a_near_tie(tiny_folder, monkeypatch):
         children, path = tree.children(), [0]
         while children[path[-1]]:
             path.append(children[path[-1]][-1])
-        return Verdict(path, int(target_logits[path[-1]].argmax()))
+        return Verdict(path, int(target_logits[path[-1]].argmax()), recovered=False)
 
     monkeypatch.setattr(speculab.engine, "verify_greedy", accept_all)
     wrong = lambda futures: Oracle({p: [(t + 1) % 256 for t in f] for p, f in futures.items()}, 2)  # noqa: E731

@@ -47,7 +47,7 @@ def test_greedy_identical_to_baseline(tmp_path, hf_target, target, batch, topk, 
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     for r in spec:
-        assert r.stats.draft_tokens > 0
+        assert r.stats.draft_nodes > 0
         assert r.stats.drafted_depth <= r.stats.steps * num_steps
 
 
@@ -72,7 +72,7 @@ def test_a_bf16_head_runs_its_layer_in_cpp_and_stays_lossless(tmp_path, hf_targe
     proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
-    assert all(r.stats.draft_tokens > 0 for r in spec)
+    assert all(r.stats.draft_nodes > 0 for r in spec)
 
 
 def test_tree_parents_precede_children_and_respect_budget(tmp_path, hf_target, target):
@@ -110,7 +110,7 @@ def test_eagle3_greedy_identical_to_baseline(tmp_path, batch):
     proposer = make_proposer("eagle3", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
-    assert all(r.stats.draft_tokens > 0 for r in spec)
+    assert all(r.stats.draft_nodes > 0 for r in spec)
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -126,7 +126,7 @@ def test_static_tree_greedy_identical_and_shaped(tmp_path, hf_target, target, ba
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     tree = STATIC_TREES["mc_sim_7b_63"]
     assert proposer.max_draft_tokens == len(tree) == 25
-    assert all(r.stats.draft_tokens == 25 * r.stats.steps for r in spec)
+    assert all(r.stats.draft_nodes == 25 * r.stats.steps for r in spec)
 
 
 def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
@@ -160,7 +160,7 @@ def test_batch_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, t
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     most = proposer.tree_shape(batch)[2]
-    assert all(r.stats.draft_tokens <= most * r.stats.steps for r in spec)
+    assert all(r.stats.draft_nodes <= most * r.stats.steps for r in spec)
 
 
 def test_a_long_prompt_joining_a_running_request_stays_in_cache_bounds(tmp_path, hf_target, target):

@@ -25,7 +25,7 @@ from speculab.engine import Engine, PromptCache
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
-from speculab.sampling import SamplingParams, target_probs
+from speculab.sampling import SamplingParams, sampling_probs
 from speculab.speculative.registry import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
@@ -44,7 +44,7 @@ def next_probs(model, sequences: list[list[int]], params: SamplingParams) -> tor
     n, width = tokens.shape
     cache = model.new_cache(n, width)
     out = model(tokens, causal_batch(torch.arange(n), torch.zeros(n, dtype=torch.long), width), cache)
-    return target_probs(out.logits[:, -1], params)
+    return sampling_probs(out.logits[:, -1], params)
 
 
 def exact_marginals(model, params: SamplingParams) -> dict[int, torch.Tensor]:

@@ -20,13 +20,15 @@ def test_greedy_takes_the_longest_matching_path():
     tree = VerifyTree.from_draft(0, Draft(torch.tensor([1, 3, 1, 4, 2]), torch.tensor([-1, 0, -1, 2, 3])))
     # argmax after each node: root->1, a->3, b->0, c->4, d->2, e->5
     verdict = verify_greedy(tree, one_hot_logits([1, 3, 0, 4, 2, 5]))
-    assert verdict.accepted == [0, 3, 4, 5] and verdict.bonus == 5 and verdict.num_accepted == 3
+    assert verdict.accepted == [0, 3, 4, 5] and verdict.next_token == 5 and verdict.num_accepted == 3
+    assert not verdict.recovered  # e is a leaf: every draft on the path accepted, 5 is the bonus token
 
 
 def test_greedy_rejects_at_first_mismatch():
     tree = VerifyTree.from_draft(0, Draft.chain([2, 3, 4]))
     verdict = verify_greedy(tree, one_hot_logits([2, 5, 4, 1]))
-    assert verdict.accepted == [0, 1] and verdict.bonus == 5
+    assert verdict.accepted == [0, 1] and verdict.next_token == 5
+    assert verdict.recovered  # the draft 3 after node 1 was rejected: 5 is the recovered token
 
 
 def test_draft_rejects_children_before_parents():
@@ -46,7 +48,7 @@ def first_two_tokens(make_tree, p, trials, seed):
     for _ in range(trials):
         tree = make_tree(gen)
         verdict = verify_sampled(tree, p, gen)
-        emitted = tree.tokens[verdict.accepted[1:]].tolist() + [verdict.bonus]
+        emitted = tree.tokens[verdict.accepted[1:]].tolist() + [verdict.next_token]
         firsts.append(emitted[0])
         seconds.append((verdict.accepted[1] if len(verdict.accepted) > 1 else None, emitted[1] if len(emitted) > 1 else None))
     return firsts, seconds
@@ -99,3 +101,14 @@ def test_second_token_follows_the_target_after_an_accepted_child():
         after = [tok for accepted, tok in seconds if accepted == node]
         assert len(after) > 5000
         assert tv(after, p[node]) < 0.03
+
+
+def test_sampled_verdict_tells_the_recovered_token_from_the_bonus():
+    probs = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # after the root: token 1 surely; after node 1: token 2
+    gen = torch.Generator().manual_seed(0)
+    rejected = verify_sampled(VerifyTree.from_draft(0, Draft.chain([0])), probs, gen)  # p(0) = 0: always rejected
+    assert rejected.accepted == [0] and rejected.next_token == 1 and rejected.recovered
+    accepted = verify_sampled(VerifyTree.from_draft(0, Draft.chain([1])), probs, gen)  # p(1) = 1: always accepted
+    assert accepted.accepted == [0, 1] and accepted.next_token == 2 and not accepted.recovered
+    plain = verify_sampled(VerifyTree.from_draft(0, Draft.empty()), probs[:1], gen)  # no draft: plain decoding
+    assert plain.accepted == [0] and plain.next_token == 1 and not plain.recovered
