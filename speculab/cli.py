@@ -9,6 +9,10 @@ stdout line is one JSON object.
 ``speculab serve``: the engine behind an OpenAI-compatible HTTP server (``speculab.serve``).
 ``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
+
+Each command's modules are imported inside the function that runs it (here and in each package's ``cli.py``,
+the only such imports in speculab): one command does not pay at start-up for the others' stacks (the server's
+FastAPI and uvicorn, the trainer, the launched engines' plans, matplotlib).
 """
 
 from __future__ import annotations

@@ -22,6 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import speculab.models.eagle3_head as e3
+import speculab.models.eagle_head as e2
+from speculab.models.loading import load_model
+from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
+from speculab.models.tokenizer import Tokenizer
+from speculab.runtime import DTYPES
+from speculab.speculative.limit import SpeculationLimit
+from speculab.speculative.registry import make_proposer
+
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
 DEFAULT_EAGLE = ASSETS / "smollm2-135m-eagle"
@@ -55,9 +64,6 @@ class Method:
 
 def load_draft_model(path: str | Path, loaded):
     """A draft model for the loaded target, in its dtype and device; it must share the target's tokenizer."""
-    from speculab.models.loading import load_model
-    from speculab.models.tokenizer import Tokenizer
-    from speculab.runtime import DTYPES
 
     if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
         raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
@@ -66,7 +72,6 @@ def load_draft_model(path: str | Path, loaded):
 
 def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
     """The ``draft_vocab`` option (FR-Spec): the drafter folder's ``size`` most frequent tokens; {} for None."""
-    from speculab.models.token_ranking import load_token_ranking
 
     return {} if size is None else {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[:size]}
 
@@ -82,8 +87,6 @@ def _draft_options(p: dict, loaded) -> dict:
 
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
     def build(p: dict, loaded) -> dict:
-        import speculab.models.eagle3_head as e3
-        import speculab.models.eagle_head as e2
 
         loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
         folder = _existing(p["eagle"], "eagle")
@@ -104,7 +107,6 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
 def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
     """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where
     the drafter ships a token ranking and the whole vocabulary (None) elsewhere."""
-    from speculab.models.token_ranking import RANKING_FILE
 
     size = params.get("draft_vocab")
     if size == "auto":
@@ -210,8 +212,6 @@ def proposer_options(spec: MethodSpec, loaded) -> dict:
 
 def new_proposer(spec: MethodSpec, options: dict):
     """A fresh proposer for one run, limited to small batches when the spec says so."""
-    from speculab.speculative.limit import SpeculationLimit
-    from speculab.speculative.registry import make_proposer
 
     proposer = make_proposer(spec.name, **options)
     limit = spec.params.get(LIMIT)

@@ -23,14 +23,19 @@ from pathlib import Path
 import torch
 
 from speculab.bench.agreement import prefix_agreement
+from speculab.compare import llamacpp
 from speculab.cpu import reported_cpu_flags
 from speculab.engine import Engine, sequence_length
+from speculab.files import cache_dir
+from speculab.models.eagle_head import load_eagle_head
+from speculab.models.embedded import ensure_gguf
 from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
 from speculab.spec_stats import SpecStats
 from speculab.speculative.proposer import Proposer
+from speculab.speculative.registry import make_proposer
 
 CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 
@@ -162,9 +167,6 @@ def compare_transformers(args: argparse.Namespace) -> dict:
 
 
 def compare_llamacpp(args: argparse.Namespace) -> dict:
-    from speculab.compare import llamacpp
-    from speculab.files import cache_dir
-    from speculab.models.embedded import ensure_gguf
 
     if args.model not in (None, "default"):
         raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
@@ -231,10 +233,6 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     import json
     import subprocess
     import tempfile
-
-    from speculab.files import cache_dir
-    from speculab.models.eagle_head import load_eagle_head
-    from speculab.speculative.registry import make_proposer
 
     if not args.eagle:
         raise ValueError("compare eagle-reference needs --eagle PATH (an EAGLE-1 head for the target)")

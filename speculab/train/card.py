@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
+from speculab.engine import Engine, sequence_length
 from speculab.files import sha256_of
-from speculab.spec_stats import per_depth_summary
+from speculab.sampling import SamplingParams
+from speculab.spec_stats import SpecStats, per_depth_summary
 
 
 def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: str) -> Path:
@@ -44,9 +46,6 @@ def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: s
 
 def measure_acceptance(loaded, proposer, prompts: list[list[int]], max_tokens: int, batch_size: int = 8) -> dict:
     """Greedy τ and acceptance of ``proposer`` with the target on held-out prompts, plus identity with plain decoding."""
-    from speculab.engine import Engine, sequence_length
-    from speculab.sampling import SamplingParams
-    from speculab.spec_stats import SpecStats
 
     max_len = sequence_length(max(map(len, prompts)), max_tokens, proposer)
     params = SamplingParams(max_tokens=max_tokens)

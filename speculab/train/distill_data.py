@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from speculab.corpora.prompts import FENCE, TEMPLATES, code_prompt, pick_window
 from speculab.corpora.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
+from speculab.engine import Engine, sequence_length
 from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
 from speculab.speculative.proposer import Proposer
@@ -241,7 +242,6 @@ def generate_sequences(
     finish; a killed run loses at most the answers in flight. ``prompts``: ``draw_prompts(tokenizer, spec)``
     when the caller has drawn them already.
     """
-    from speculab.engine import Engine, sequence_length
 
     out_dir.mkdir(parents=True, exist_ok=True)
     index = out_dir / "sequences.jsonl"
@@ -287,7 +287,6 @@ def record_code_windows(
     window token and the emitted token completes the sequence, so a window is
     stored exactly like an answered prompt (its response is that one token).
     """
-    from speculab.engine import Engine, sequence_length
 
     if spec.num_windows <= 0:
         return []

@@ -17,9 +17,25 @@ from pathlib import Path
 
 import torch
 
-from speculab.files import cache_dir
-from speculab.train.card import measure_acceptance, plot_losses, write_card, write_manifest
+from speculab import runtime
+from speculab.files import cache_dir, sha256_of
+from speculab.models.loading import load_model
+from speculab.models.token_ranking import save_ranking
+from speculab.train import loop
+from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
+from speculab.train.distill_data import (
+    CodeSpec,
+    DataSpec,
+    batches_by_tokens,
+    data_manifest,
+    generate_sequences,
+    held_out_prompts,
+    load_features,
+    record_code_windows,
+)
+from speculab.train.eagle3_features import cached_layer_features
 from speculab.train.recipes import RECIPES
+from speculab.train.vocab import rank_tokens
 
 
 def _data_dir(args, loaded, seed: int) -> Path:
@@ -29,7 +45,6 @@ def _data_dir(args, loaded, seed: int) -> Path:
 
 
 def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
-    from speculab.train.distill_data import generate_sequences
 
     spec_file = data_dir / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
@@ -44,7 +59,6 @@ def _data(args, loaded, features: bool = False):
 
     An item is (token ids, final hidden states, where the answer starts), and for an EAGLE-3 head trained on
     cached features (``--features cached``) the three layers' inputs as a fourth."""
-    from speculab.train.distill_data import CodeSpec, DataSpec, data_manifest, load_features, record_code_windows
 
     seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
     specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
@@ -65,8 +79,6 @@ def _data(args, loaded, features: bool = False):
             # (token ids, features, where the answer starts): EAGLE-3 trains only where a head drafts
             part = [(s["prompt_ids"] + s["response_ids"], features[s["id"]], len(s["prompt_ids"])) for s in records]
             if getattr(args, "features", None) == "cached":
-                from speculab.train.eagle3_features import cached_layer_features
-
                 fused = cached_layer_features(loaded.model, loaded.path.name, data_dir, records)
                 part = [item + (fused[s["id"]],) for item, s in zip(part, records)]
             items += part
@@ -84,9 +96,6 @@ def _earlier_commands(out: Path) -> list[str]:
 
 def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str], source_chars: int) -> dict:
     """The token ranking for reduced draft vocabularies, beside the head; a shipped manifest is kept current."""
-    from speculab.files import sha256_of
-    from speculab.models.token_ranking import save_ranking
-    from speculab.train.vocab import rank_tokens
 
     if not (out / "config.json").exists():
         raise ValueError(f"{out}: no head there (config.json missing)")
@@ -103,14 +112,11 @@ def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str],
 
 
 def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
-    from speculab.train.distill_data import held_out_prompts
 
     return held_out_prompts(loaded.tokenizer, {s["source"] for s in sequences}, args.eval_prompts, args.seed + 1000)
 
 
 def _setup(args: argparse.Namespace):
-    from speculab import runtime
-    from speculab.train.card import command_line
 
     torch.manual_seed(args.seed)
     loaded = runtime.load(args.target, dtype="float32", device=args.device)
@@ -158,7 +164,6 @@ class TrainRun:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train one drafter kind (eagle, eagle3 or draft) end to end."""
-    from speculab.models.loading import load_model
 
     started = time.perf_counter()
     command, loaded = _setup(args)
@@ -184,8 +189,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train(run: TrainRun, items) -> tuple[object, list[dict]]:
     """The training loop (resumable, under its time budget), the checkpoint saved, its log and loss plot written."""
-    from speculab.train import loop
-    from speculab.train.distill_data import batches_by_tokens
 
     args, recipe = run.args, run.recipe
     cfg = loop.LoopConfig(

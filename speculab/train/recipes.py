@@ -15,6 +15,13 @@ from pathlib import Path
 
 import torch
 
+import speculab.train.draft as draft_training
+import speculab.train.eagle as eagle_training
+import speculab.train.eagle3 as eagle3_training
+from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
+from speculab.models.eagle_head import load_eagle_head
+from speculab.train.vocab import rank_tokens
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -47,7 +54,6 @@ def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
 def _evaluation(spec_text: str):
     """The held-out check's proposer for a trained drafter in ``out``: ``spec_text`` with ``out`` as its drafter,
     parsed and built by ``speculab.methods`` like every other command's."""
-    from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
 
     def load_for_eval(out, loaded):
         name = spec_text.partition(":")[0]
@@ -62,21 +68,18 @@ class EagleRecipe:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.models.eagle_head import load_eagle_head
-        from speculab.train.eagle import head_loss, make_batch, new_head, save_head
-
         raw = json.loads((loaded.path / "config.json").read_text())
-        head = new_head(target, seed=args.seed)
+        head = eagle_training.new_head(target, seed=args.seed)
         if args.init is not None:
             _start_from(head, args.init, lambda: load_eagle_head(args.init, target, torch.float32, prepack=False))
-        step_fn = lambda batch: head_loss(head, target, batch)  # noqa: E731
+        step_fn = lambda batch: eagle_training.head_loss(head, target, batch)  # noqa: E731
 
         load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
         return Recipe(
             head,
             step_fn,
-            make_batch,
-            lambda m, out: save_head(m, raw, out),
+            eagle_training.make_batch,
+            lambda m, out: eagle_training.save_head(m, raw, out),
             load_for_eval,
             ("loss", "feature_loss", "token_loss", "top1"),
             writes_ranking=True,
@@ -103,16 +106,13 @@ class Eagle3Recipe:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.train.eagle3 import draft_vocabulary, make_batch, make_cached_batch, new_eagle3_head, save_eagle3_head, ttt_loss
-        from speculab.train.vocab import rank_tokens
-
         raw = json.loads((loaded.path / "config.json").read_text())
         ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
         size = min(args.draft_vocab, target.config.vocab_size)
-        target_ids, _, _ = draft_vocabulary(ranking, size, target.config.vocab_size)
-        head = new_eagle3_head(target, target_ids, seed=args.seed)
-        step_fn = lambda batch: ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
-        batch_of = make_cached_batch if args.features == "cached" else make_batch
+        target_ids, _, _ = eagle3_training.draft_vocabulary(ranking, size, target.config.vocab_size)
+        head = eagle3_training.new_eagle3_head(target, target_ids, seed=args.seed)
+        step_fn = lambda batch: eagle3_training.ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
+        batch_of = eagle3_training.make_cached_batch if args.features == "cached" else eagle3_training.make_batch
 
         load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
         return Recipe(
@@ -122,7 +122,7 @@ class Eagle3Recipe:
             lambda group: batch_of(
                 target, target_ids, group if args.train_on == "answers" else [(g[0], g[1], None, *g[3:]) for g in group]
             ),
-            lambda m, out: save_eagle3_head(m, raw, out),
+            lambda m, out: eagle3_training.save_eagle3_head(m, raw, out),
             load_for_eval,
             ("loss", "top1", "top1_step1", "top1_step2"),
         )
@@ -151,11 +151,10 @@ class DraftRecipe:
 
     @staticmethod
     def setup(args, target, loaded, sequences):
-        from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft
-        from speculab.train.vocab import rank_tokens
-
         raw = json.loads((loaded.path / "config.json").read_text())
-        draft = new_draft(raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed)
+        draft = draft_training.new_draft(
+            raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed
+        )
         if args.init is not None:
             _start_from(draft, args.init, lambda: type(draft).from_pretrained(args.init, torch_dtype=torch.float32))
         vocab_size = target.config.vocab_size
@@ -163,15 +162,15 @@ class DraftRecipe:
         if DraftRecipe.reduced(args, vocab_size):
             kept = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)[0][: args.draft_vocab]
             generator = torch.Generator().manual_seed(args.seed)
-            rows_of_step = lambda: loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
-        step_fn = lambda batch: draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
+            rows_of_step = lambda: draft_training.loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
+        step_fn = lambda batch: draft_training.draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
 
         load_for_eval = _evaluation("draft:num_speculative_tokens=5,draft_vocab=none")
         return Recipe(
             draft,
             step_fn,
-            make_batch,
-            lambda m, out: save_draft(m, loaded.path, out),
+            draft_training.make_batch,
+            lambda m, out: draft_training.save_draft(m, loaded.path, out),
             load_for_eval,
             ("kl", "top1", "overlap"),
             writes_ranking=DraftRecipe.reduced(args, vocab_size),

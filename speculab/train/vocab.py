@@ -17,6 +17,8 @@ from collections import Counter
 
 import torch
 
+from speculab.train.distill_data import training_files
+
 DOMAINS = ("python", "typescript", "sql")
 
 
@@ -26,7 +28,6 @@ def rank_tokens(tokenizer, sequences: list[dict], chars_per_domain: int = 2_000_
     Each domain's training files are read in sorted order up to ``chars_per_domain`` characters, so the
     ranking is reproducible and no domain dominates by its size. Ties are broken by token id.
     """
-    from speculab.train.distill_data import training_files
 
     counts: Counter[int] = Counter()
     for s in sequences:
