@@ -315,7 +315,8 @@ def run_llamacpp(
     """``measure_llamacpp`` in llama.cpp's own environment (made on first use), or ``measure_llamacpp_batched``
     when ``prompt_ids`` is a list of prompts; with ``convert_from``, ``gguf`` is first written as that GGUF's
     ``ftype`` (bf16 or f32) copy. Returns the measurement with ``llama_cpp_version``."""
-    from speculab.launch.environments import llamacpp_python  # here: this file also runs as a script in that environment, where speculab is not installed
+    # imported here: this file also runs as a script in llama.cpp's environment, where speculab is not installed
+    from speculab.launch.environments import llamacpp_python
 
     python = python or llamacpp_python(create=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
