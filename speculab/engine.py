@@ -63,13 +63,6 @@ class PromptCache:
     def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
         return (tuple(prompt_ids), feature_layers)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(
-            e.kv.nbytes + e.logits.nbytes + e.features.nbytes + sum(getattr(d, "nbytes", 0) for d in e.drafter_states.values())
-            for e in self.entries.values()
-        )
-
 
 def sequence_length(prompt_tokens: int, max_tokens: int, proposer: Proposer | None = None) -> int:
     """The KV positions one request needs on an engine: prompt, output and the proposer's ``headroom``; the one

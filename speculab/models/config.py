@@ -52,15 +52,6 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
-    def num_parameters(self) -> int:
-        """Parameter count, tied embeddings counted once."""
-        h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
-        q = self.num_heads * self.head_dim
-        attn = h * q + 2 * h * kv + q * h + (q + 2 * kv if self.qkv_bias else 0)
-        layer = attn + 3 * h * self.intermediate_size + 2 * h
-        heads = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * layer + heads + h
-
     @classmethod
     def from_hf_dict(cls, hf: dict[str, Any], source: str = "config.json") -> ModelConfig:
         model_type = hf.get("model_type")

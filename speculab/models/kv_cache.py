@@ -43,15 +43,6 @@ class KVCache:
         """Layer i's cache: [slots, 2*kv_heads, max_len, head_dim]."""
         return self.kv[i]
 
-    @property
-    def bytes_per_token(self) -> int:
-        layers, _, heads2, _, head_dim = self.kv.shape
-        return layers * heads2 * head_dim * self.kv.element_size()
-
-    def capacity_tokens(self, budget_bytes: int) -> int:
-        """How many tokens of this model's KV fit in ``budget_bytes``."""
-        return max(0, budget_bytes) // self.bytes_per_token
-
     def keep_prefix(self, slot: int, length: int) -> None:
         """Roll slot back to its first ``length`` positions."""
         if not 0 <= length <= self.lengths[slot]:

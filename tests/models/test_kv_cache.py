@@ -5,7 +5,7 @@ import torch
 
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, causal_batch
-from speculab.models.memory import kv_bytes_per_token
+from speculab.models.memory import kv_bytes_per_token, model_tensors
 from tests.helpers import tiny_model
 
 
@@ -78,13 +78,6 @@ def test_move_slot_keeps_its_contents():
     )
 
 
-def test_bytes_per_token_and_capacity():
-    cache = KVCache(num_layers=30, num_slots=1, num_kv_heads=3, head_dim=64, max_len=16, dtype=torch.bfloat16)
-    assert cache.bytes_per_token == 2 * 30 * 3 * 64 * 2  # K and V, 30 layers, bf16
-    assert cache.capacity_tokens(cache.bytes_per_token * 1000 + 5) == 1000
-    assert cache.capacity_tokens(-1) == 0
-
-
 def test_analytic_config_figures_match_real_tensors():
     """ModelConfig's analytic parameter count and KV bytes/token agree with built models and caches."""
     from speculab.models.config import CONFIGS
@@ -93,8 +86,8 @@ def test_analytic_config_figures_match_real_tensors():
     for tie in (True, False):
         hf = tiny_hf_model("llama", tie_word_embeddings=tie)
         model = tiny_model(tie_word_embeddings=tie)
-        assert model.config.num_parameters() == hf.num_parameters()
+        assert model_tensors(model.config).parameters == hf.num_parameters()
     smol = CONFIGS["smollm2-135m"]
-    assert round(smol.num_parameters() / 1e6, 1) == 134.5  # the published size of SmolLM2-135M
+    assert round(model_tensors(smol).parameters / 1e6, 1) == 134.5  # the published size of SmolLM2-135M
     cache = KVCache(smol.num_layers, 1, smol.num_kv_heads, smol.head_dim, 4, torch.bfloat16)
-    assert kv_bytes_per_token(smol, 2) == cache.bytes_per_token == 23040  # the formula is the real cache's size
+    assert kv_bytes_per_token(smol, 2) == cache.kv.nbytes // 4 == 23040  # the formula is the real cache's size per token

@@ -31,7 +31,7 @@ TINY_PARAMS = 2 * (TINY_LAYER_LINEAR + 2 * 64) + 2 * 100 * 64 + 64  # 86848
 
 
 def test_tiny_parameter_and_byte_counts():
-    assert model_tensors(TINY).parameters == TINY_PARAMS == TINY.num_parameters() == 86848
+    assert model_tensors(TINY).parameters == TINY_PARAMS == 86848
     assert model_weights(TINY, 2).total_bytes == 2 * 86848
     assert model_weights(TINY, 4).total_bytes == 4 * 86848
     # norms (2 per layer + final = 5 x 64) are replicated, the rest splits over ranks
@@ -97,12 +97,12 @@ def test_estimate_tiny_is_consistent_and_json():
     eagle = estimate(TINY, "eagle", None, 2, budget, memory_utilization=0.5, overhead_bytes=1000)
     json.dumps([base, draft, eagle])
     assert base["kv_capacity_tokens"] == (budget - 2 * 86848) // 256
-    assert draft["drafter_weights_bytes"] == 2 * TINY_DRAFT.num_parameters()
+    assert draft["drafter_weights_bytes"] == 2 * model_tensors(TINY_DRAFT).parameters
     # a reduced draft vocabulary keeps its own copy of that many lm_head rows (hidden 32)
     reduced = estimate(TINY, "draft", TINY_DRAFT, 2, budget, reduced_vocab=40)
-    assert reduced["drafter_weights_bytes"] == 2 * (TINY_DRAFT.num_parameters() + 40 * 32)
+    assert reduced["drafter_weights_bytes"] == 2 * (model_tensors(TINY_DRAFT).parameters + 40 * 32)
     assert draft["kv_bytes_per_token_per_device"] == 256 + 64
-    assert draft["kv_capacity_tokens"] == (budget - 2 * 86848 - 2 * TINY_DRAFT.num_parameters()) // 320
+    assert draft["kv_capacity_tokens"] == (budget - 2 * 86848 - 2 * model_tensors(TINY_DRAFT).parameters) // 320
     assert eagle["drafter_weights_bytes"] == 2 * eagle_head_parameters(TINY)
     assert eagle["kv_capacity_tokens"] == (budget // 2 - 1000 - 2 * 86848 - eagle["drafter_weights_bytes"]) // (256 + 128)
     with pytest.raises(ValueError):
