@@ -30,7 +30,7 @@ import torch
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.request import Request, TokenEvent
-from speculab.sampling import SamplingParams, logit_margins, sample_rows, sampling_probs
+from speculab.sampling import SamplingParams, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_greedy, verify_sampled
@@ -80,6 +80,7 @@ class Engine:
         proposer: Proposer | None = None,
         prompt_cache: PromptCache | None = None,
         prefills_per_step: int | None = None,
+        token_logits: bool = False,
     ):
         if not 1 <= max_batch:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -98,6 +99,8 @@ class Engine:
         # None: a step admits every waiting request that fits (a benchmark's batch starts full). A server sets 1, so
         # a running batch and the first arrivals get their tokens after one prefill, not after all of them.
         self.prefills_per_step = prefills_per_step
+        # True: each TokenEvent carries the logits its tokens were chosen from (a benchmark's margins, bench/margins.py)
+        self.token_logits = token_logits
 
     # -- requests -----------------------------------------------------------------
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -167,7 +170,7 @@ class Engine:
         logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
         token = sample_rows(logits[None], [request.params], [request.generator])[0]
         self._admit(slot, request, features if self.proposer.needs_features else None, cached)
-        return self._emit(request, [token], logits[None])
+        return self._emit(request, [token], logits[None] if self.token_logits else None)
 
     def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
         """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""
@@ -236,7 +239,7 @@ class Engine:
         if features is not None:
             self.proposer.observe(r.slot, features[verdict.accepted])
         accepted = tree.tokens[verdict.accepted[1:]].tolist()
-        chosen_from = logits[verdict.accepted] if r.params.logit_margins else None  # row of node i: token i+1
+        chosen_from = logits[verdict.accepted] if self.token_logits else None  # row of node i: token i+1
         return self._emit(r, accepted + [verdict.next_token], chosen_from)
 
     def _features(self, out) -> torch.Tensor:
@@ -281,20 +284,17 @@ class Engine:
         """Append tokens up to the first stop token or the token budget, and mark the request finished."""
         kept: list[int] = []
         now = time.perf_counter()
-        margins = logit_margins(chosen_from) if chosen_from is not None and request.params.logit_margins else None
-        for i, token in enumerate(tokens):
+        for token in tokens:
             if token in request.stop_ids:
                 request.finish_reason = "stop"
                 break
             kept.append(token)
             request.output_ids.append(token)
             request.token_times.append(now)
-            if margins is not None:
-                request.logit_margins.append(margins[i])
             if len(request.output_ids) >= request.params.max_tokens:
                 request.finish_reason = "length"
                 break
-        return TokenEvent(request, kept, request.finished)
+        return TokenEvent(request, kept, request.finished, None if chosen_from is None else chosen_from[: len(kept)])
 
     def _release_finished(self) -> None:
         """Free finished slots, moving the last running request into each hole."""

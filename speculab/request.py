@@ -1,7 +1,7 @@
 """One request's state as the engine keeps it, and the tokens one step gives it.
 
 Knows: what a request asked for (prompt, sampling parameters, stop ids), what it produced so far (tokens, their
-times, its speculation counters, the logit margins a benchmark asked for) and how it ended.
+times, its speculation counters) and how it ended; the logits a step chose its tokens from, when asked.
 Does not know: slots' caches or steps (``engine.py`` moves a request through them), proposers, or HTTP.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from speculab.sampling import LogitMargin, SamplingParams
+from speculab.sampling import SamplingParams
 from speculab.spec_stats import SpecStats
 
 
@@ -31,7 +31,6 @@ class Request:
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
     stats: SpecStats = field(default_factory=SpecStats)
-    logit_margins: list[LogitMargin] = field(default_factory=list)  # per output token, when params.logit_margins
 
     @property
     def finished(self) -> bool:
@@ -49,3 +48,4 @@ class TokenEvent:
     request: Request
     token_ids: list[int]
     finished: bool
+    logits: torch.Tensor | None = None  # [len(token_ids), vocab]: the rows each token was chosen from (Engine token_logits)

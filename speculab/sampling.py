@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -28,7 +27,6 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
     ignore_eos: bool = False
-    logit_margins: bool = False  # record each output token's LogitMargin (Request.logit_margins): where greedy runs may part
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -52,36 +50,6 @@ class SamplingParams:
         g = torch.Generator()
         g.manual_seed(self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()).item()))
         return g
-
-
-LEADERS = 4  # the top tokens whose gaps each LogitMargin keeps
-
-
-class LogitMargin(NamedTuple):
-    """How decided the target was where a token was chosen: two greedy runs that round differently can only
-    choose differently where the gap between the two tokens they chose is within their rounding
-    (``bench/divergence.py``)."""
-
-    top: float  # the top-1 logit
-    gap: float  # the top-1 logit minus the top-2 logit (>= 0)
-    leaders: tuple[tuple[int, float], ...] = ()  # (token, top-1 logit minus its logit) for the LEADERS top tokens
-
-    def gap_to(self, token: int) -> tuple[float, bool]:
-        """(top-1 logit minus ``token``'s logit, exact?): past the leaders, the last one's gap is a lower bound."""
-        for candidate, gap in self.leaders:
-            if candidate == token:
-                return gap, True
-        return (self.leaders[-1][1] if self.leaders else self.gap), False
-
-
-def logit_margins(logits: Tensor) -> list[LogitMargin]:
-    """logits: [n, vocab] -> one LogitMargin per row."""
-    top = logits.float().topk(min(LEADERS, logits.shape[-1]), dim=-1)
-    margins = []
-    for values, ids in zip(top.values.tolist(), top.indices.tolist()):
-        leaders = tuple((t, values[0] - v) for t, v in zip(ids, values))
-        margins.append(LogitMargin(values[0], leaders[1][1] if len(leaders) > 1 else 0.0, leaders))
-    return margins
 
 
 def greedy_tokens(logits: Tensor) -> list[int]:

@@ -101,19 +101,22 @@ def test_bad_requests_are_rejected(model):
         engine.add_request([])
 
 
-def test_logit_margins_are_the_top_two_gap_each_token_was_chosen_from(model):
+def test_token_logits_are_the_rows_each_token_was_chosen_from(model):
     from speculab.models.llama import causal_batch
 
     prompt = prompts_of([6], seed=4)[0]
-    request = Engine(model, 1, 64).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True, logit_margins=True))[0]
-    assert len(request.logit_margins) == len(request.output_ids) == 10
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    events = list(Engine(model, 1, 64, token_logits=True).stream([prompt], params))
+    request = events[-1].request
+    rows = torch.cat([e.logits for e in events])
+    assert rows.shape == (len(request.output_ids), model.config.vocab_size) == (10, model.config.vocab_size)
+    assert all(e.logits.shape[0] == len(e.token_ids) for e in events)
     ids = prompt + request.output_ids[:-1]
     cache = model.new_cache(1, len(ids))
     logits = model(torch.tensor([ids]), causal_batch(torch.tensor([0]), torch.tensor([0]), len(ids)), cache).logits[0, len(prompt) - 1 :]
-    top = logits.topk(2, dim=-1).values  # one full forward: row i gave output token i
-    assert [m.top for m in request.logit_margins] == pytest.approx(top[:, 0].tolist(), abs=1e-4)
-    assert [m.gap for m in request.logit_margins] == pytest.approx((top[:, 0] - top[:, 1]).tolist(), abs=1e-4)
-    assert Engine(model, 1, 64).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))[0].logit_margins == []
+    torch.testing.assert_close(rows, logits, atol=1e-4, rtol=1e-4)  # one full forward: row i gave output token i
+    assert rows.argmax(-1).tolist() == request.output_ids  # greedy: each token is its row's argmax
+    assert all(e.logits is None for e in Engine(model, 1, 64).stream([prompt], params))  # not asked: none kept
 
 
 def test_a_request_failing_in_verification_fails_alone(model, monkeypatch):

@@ -6,7 +6,7 @@ output differs from the reference, this finds the first token where they differ 
 tokenised by the target's tokenizer), runs the target on the chat prompt plus the shared tokens,
 and reports the log-probability gap between the two tokens chosen there. In-process runs also
 record, where each token was chosen, the gaps of the target's leading tokens below its top one
-(``LogitMargin``); then the divergence is a near-tie when, in each run, the gap between its own choice
+(``margins.py``); then the divergence is a near-tie when, in each run, the gap between its own choice
 and the other run's choice is within ``near_tie_bound``, the spread rounding in the run's dtype allows.
 Where the other run's choice was not among a run's recorded leaders (its gap is only bounded below) and
 that bound is within rounding, the recomputed gap decides, as it does for runs that record nothing.
@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from speculab.bench.agreement import first_difference
+from speculab.bench.margins import LogitMargin
 from speculab.models.llama import prefill
-from speculab.sampling import LogitMargin
 
 NEAR_TIE = 0.05  # nats: the bound's floor (fp32 runs; engines that differ in kernels, not in dtype)
 # Between two runs in one dtype, a logit moves by at most this many unit roundoffs of the top logit: the largest
@@ -74,7 +74,7 @@ def token_divergences(
     prompts: list[list[int]],
     outputs: list[list[int]],
     reference: list[list[int]],
-    margins: list[list[LogitMargin]] | None = None,  # per prompt, per output token: this run's (Request.logit_margins)
+    margins: list[list[LogitMargin]] | None = None,  # per prompt, per output token: this run's (margins.py)
     reference_margins: list[list[LogitMargin]] | None = None,  # the same for the reference run
 ) -> list[Divergence]:
     """The same for token ids, as in-process cells have them; with both runs' recorded margins, each judged by them."""

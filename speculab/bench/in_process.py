@@ -22,13 +22,14 @@ from speculab.bench.agreement import prefix_agreement
 from speculab.bench.budget import calibrate, prompts_per_batch
 from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
+from speculab.bench.margins import LogitMargin, MarginsByRequest
 from speculab.bench.plan import BenchConfig
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.methods import MethodSpec, new_proposer
 from speculab.request import Request
 from speculab.runtime import LoadedModel, load
-from speculab.sampling import LogitMargin, SamplingParams
+from speculab.sampling import SamplingParams
 from speculab.spec_stats import SpecStats
 
 
@@ -93,38 +94,41 @@ class Target:
         return replace(self, prompts=self.prompts[:n], items=self.items[:n])
 
 
-def run_once(target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None) -> tuple[list[Request], float]:
+def run_once(
+    target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None, margins: MarginsByRequest | None = None
+) -> tuple[list[Request], float]:
+    """Every prompt through one engine at ``batch_size``: (the requests, wall seconds); ``margins`` collects each
+    output token's logit margin (margins.py)."""
     lm = target.loaded
     max_len = sequence_length(max(map(len, target.prompts)), max(p.max_tokens for p in params), proposer)
-    engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache)
+    engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache, token_logits=margins is not None)
     requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
     start = time.perf_counter()
     for r in requests:
         r.arrival_time = start  # every request arrives at once; queue_p50_s is its wait for a slot
     while engine.has_work:
         events = engine.step()
+        if margins is not None:
+            for event in events:
+                margins.add(event)
         if bar is not None:
             bar.update(sum(len(e.token_ids) for e in events))
     return requests, time.perf_counter() - start
 
 
 def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
-    # at temperature 0 each token's top-1/top-2 margin is kept: where outputs part, it tells rounding from a bug
-    params = [
-        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, logit_margins=cfg.temperature == 0)
-        for i in range(len(target.prompts))
-    ]
+    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
     runs = []
     reset_peak_memory()
     for _ in range(cfg.repeats):
-        proposer = new_proposer(spec, options)
-        requests, wall = run_once(target, proposer, batch_size, params, bar)
+        # at temperature 0 each token's logit margins are kept: where outputs part, they tell rounding from a bug
+        margins = MarginsByRequest() if cfg.temperature == 0 else None
+        requests, wall = run_once(target, new_proposer(spec, options), batch_size, params, bar, margins)
         tokens = sum(len(r.output_ids) for r in requests)
-        runs.append((tokens / wall, wall, tokens, requests))
+        runs.append((tokens / wall, wall, tokens, requests, (margins or MarginsByRequest()).of(requests)))
     runs.sort(key=lambda run: run[0])
-    tok_s, wall, tokens, requests = runs[len(runs) // 2]  # the median repeat
+    tok_s, wall, tokens, requests, margins = runs[len(runs) // 2]  # the median repeat
     outputs = [r.output_ids for r in requests]
-    margins = [r.logit_margins for r in requests]
     if spec.name == "baseline":
         target.baseline_outputs[batch_size] = outputs
         target.baseline_margins[batch_size] = margins

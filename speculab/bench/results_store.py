@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from speculab.bench.margins import LogitMargin
 from speculab.jsonl import read_records
-from speculab.sampling import LogitMargin
 
 
 class ResultsFile:

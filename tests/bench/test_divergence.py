@@ -10,6 +10,7 @@ import transformers
 
 from speculab import runtime
 from speculab.bench.divergence import NEAR_TIE, divergence_fields, divergences, token_divergences
+from speculab.bench.margins import generate_with_margins
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from tests.helpers import Oracle, save_tiny_checkpoint
@@ -63,18 +64,17 @@ def test_the_near_tie_bound_follows_the_dtypes_rounding():
 # Greedy runs in bf16: plain decoding against verification of k + 1 tokens a step (an oracle drafts the plain
 # continuation, so most drafts are accepted and most tokens come out of wide forwards that round differently).
 PROMPTS = [torch.randint(3, 256, (4 + i % 7,), generator=torch.Generator().manual_seed(i)).tolist() for i in range(32)]
-MARGINS = SamplingParams(max_tokens=48, ignore_eos=True, logit_margins=True)
+PARAMS = SamplingParams(max_tokens=48, ignore_eos=True)
 
 
 def _parted(loaded, proposer_of) -> list:
-    base = Engine(loaded.model, 4, 128).generate(PROMPTS, MARGINS)
-    runs = Engine(loaded.model, 4, 128, proposer=proposer_of({tuple(p): r.output_ids for p, r in zip(PROMPTS, base)})).generate(
-        PROMPTS, MARGINS
-    )
-    for r in base + runs:
-        assert len(r.logit_margins) == len(r.output_ids) and all(m.gap >= 0 and len(m.leaders) == 4 for m in r.logit_margins)
+    base, base_margins = generate_with_margins(Engine(loaded.model, 4, 128, token_logits=True), PROMPTS, PARAMS)
+    proposer = proposer_of({tuple(p): r.output_ids for p, r in zip(PROMPTS, base)})
+    runs, margins = generate_with_margins(Engine(loaded.model, 4, 128, proposer=proposer, token_logits=True), PROMPTS, PARAMS)
+    for r, ms in zip(base + runs, base_margins + margins):
+        assert len(ms) == len(r.output_ids) and all(m.gap >= 0 and len(m.leaders) == 4 for m in ms)
     outputs, reference = [r.output_ids for r in runs], [r.output_ids for r in base]
-    return token_divergences(loaded, PROMPTS, outputs, reference, [r.logit_margins for r in runs], [r.logit_margins for r in base])
+    return token_divergences(loaded, PROMPTS, outputs, reference, margins, base_margins)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from speculab.bench.margins import generate_with_margins
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from tests.helpers import KERNELS, Oracle, tiny_target
@@ -53,9 +54,10 @@ def test_every_draft_token_is_accepted_when_drafts_are_right(target, k, decoys, 
 def test_verified_tokens_record_the_margins_plain_decoding_saw(target):
     """Each emitted token's logit margin comes from the tree node it was chosen at, in verification as in plain decoding."""
     ps = prompts(3)
-    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, logit_margins=True)
-    base = Engine(target, 3, 128).generate(ps, params)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    base, base_margins = generate_with_margins(Engine(target, 3, 128, token_logits=True), ps, params)
     futures = {tuple(p): r.output_ids for p, r in zip(ps, base)}
-    for request, plain in zip(Engine(target, 3, 128, proposer=Oracle(futures, 4, 2)).generate(ps, params), base):
-        assert request.output_ids == plain.output_ids
-        assert [m.gap for m in request.logit_margins] == pytest.approx([m.gap for m in plain.logit_margins], abs=1e-4)
+    runs, margins = generate_with_margins(Engine(target, 3, 128, proposer=Oracle(futures, 4, 2), token_logits=True), ps, params)
+    for request, plain, mine, theirs in zip(runs, base, margins, base_margins):
+        assert request.output_ids == plain.output_ids and len(mine) == len(request.output_ids)
+        assert [m.gap for m in mine] == pytest.approx([m.gap for m in theirs], abs=1e-4)
