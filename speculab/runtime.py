@@ -27,16 +27,25 @@ from speculab.models.tokenizer import Tokenizer
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def add_model_flags(parser, device: bool = True) -> None:
-    """``--model``, ``--dtype`` (and ``--device``) as every command that loads a target declares them; ``load`` reads them."""
-    parser.add_argument("--model", default=None, help="local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
+def add_model_flags(parser, device: bool = True, dtype: bool = True) -> None:
+    """``--model`` (``--target`` too), ``--dtype`` and ``--device`` as every command that loads or names a target
+    declares them; ``load`` reads them. ``dtype=False``: the command fixes the dtype (training: fp32) or has its own
+    (``speculab launch``: the launched engine's)."""
     parser.add_argument(
-        "--dtype",
-        choices=list(DTYPES),
+        "--model",
+        "--target",
+        dest="model",
         default=None,
-        help="default: fp32 for a bf16 checkpoint where speculab's native kernels are built (exact, bf16's memory "
-        "traffic), else bf16 on CUDA or a CPU with AMX/AVX512-BF16, else fp32",
+        help="the target: a local HF checkpoint folder (default: the embedded SmolLM2-135M-Instruct)",
     )
+    if dtype:
+        parser.add_argument(
+            "--dtype",
+            choices=list(DTYPES),
+            default=None,
+            help="default: fp32 for a bf16 checkpoint where speculab's native kernels are built (exact, bf16's memory "
+            "traffic), else bf16 on CUDA or a CPU with AMX/AVX512-BF16, else fp32",
+        )
     if device:
         parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
 

@@ -14,6 +14,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from speculab.runtime import add_model_flags
+
 
 def add_launch_parsers(sub) -> None:
     from speculab.launch.prepare import ENGINES
@@ -25,7 +27,7 @@ def add_launch_parsers(sub) -> None:
         default="baseline",
         help="baseline, ngram, draft, eagle or eagle3, with settings as in `speculab bench` (eagle:num_steps=3)",
     )
-    p.add_argument("--target", default=None, help="the target's local HF folder (default: the embedded SmolLM2-135M-Instruct)")
+    add_model_flags(p, device=False, dtype=False)  # --dtype below is the launched engine's
     p.add_argument("--draft", default=None, help="the drafter folder (a draft model or an EAGLE head; default: the shipped one)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size")
     p.add_argument(
@@ -75,10 +77,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     if args.tp < 1:
         raise ValueError("--tp must be at least 1")
-    target = Path(args.target) if args.target else ensure_embedded_model()
+    target = Path(args.model) if args.model else ensure_embedded_model()
     if not (target / "config.json").exists():
-        raise ValueError(f"--target {target}: no config.json there; give a local HF checkpoint folder")
-    spec = launch_spec(args.method, args.draft, args.target is not None)
+        raise ValueError(f"--model {target}: no config.json there; give a local HF checkpoint folder")
+    spec = launch_spec(args.method, args.draft, args.model is not None)
     out = args.out or Path("runs") / f"launch-{args.engine}-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
     plan = prepare(
         args.engine,

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speculab.runtime import add_model_flags
+
 
 def _target_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=None, help="target checkpoint folder (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--device", default=None)
+    add_model_flags(p, dtype=False)  # the target trains its drafter in fp32
     p.add_argument("--seed", type=int, default=0)
 
 

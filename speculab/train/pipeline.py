@@ -119,7 +119,7 @@ def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
 def _setup(args: argparse.Namespace):
 
     torch.manual_seed(args.seed)
-    loaded = runtime.load(args.target, dtype="float32", device=args.device)
+    loaded = runtime.load(args.model, dtype="float32", device=args.device)
     return command_line(args.argv), loaded
 
 
