@@ -14,7 +14,11 @@ Does not know: how speculab speculates (``compare_eagle_reference`` runs its EAG
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -139,6 +143,20 @@ def _setup(args: argparse.Namespace) -> LoadedModel:
     return load(args.model, args.dtype, args.device)  # no --dtype: the machine's default (runtime.default_dtype)
 
 
+def _run_fields(loaded: LoadedModel, args: argparse.Namespace) -> dict:
+    """What every peer comparison records of speculab's side and the run's settings."""
+    return {
+        "dtype": loaded.dtype,
+        "linear_kernels": linear_kind(loaded.model),
+        "cpu_flags": reported_cpu_flags(),
+        "batch_size": args.batch_size,
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+    }
+
+
 def compare_transformers(args: argparse.Namespace) -> dict:
     loaded = _setup(args)
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, args.batch_size)
@@ -149,14 +167,7 @@ def compare_transformers(args: argparse.Namespace) -> dict:
     return {
         "peer": "transformers",
         "peer_version": transformers.__version__,
-        "dtype": loaded.dtype,
-        "linear_kernels": linear_kind(loaded.model),
-        "cpu_flags": reported_cpu_flags(),
-        "batch_size": args.batch_size,
-        "prompt_tokens": args.prompt_tokens,
-        "max_tokens": args.max_tokens,
-        "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
+        **_run_fields(loaded, args),
         "speculab_tok_s": ours["tok_s"],
         "hf_tok_s": hf["tok_s"],
         "ratio": ours["tok_s"] / hf["tok_s"],
@@ -167,7 +178,6 @@ def compare_transformers(args: argparse.Namespace) -> dict:
 
 
 def compare_llamacpp(args: argparse.Namespace) -> dict:
-
     if args.model not in (None, "default"):
         raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
     loaded = _setup(args)
@@ -185,14 +195,7 @@ def compare_llamacpp(args: argparse.Namespace) -> dict:
         "peer": "llama.cpp",
         "llama_cpp_version": peer.get("llama_cpp_version"),
         "gguf": Path(gguf).name,
-        "dtype": loaded.dtype,
-        "linear_kernels": linear_kind(loaded.model),
-        "cpu_flags": reported_cpu_flags(),
-        "batch_size": args.batch_size,
-        "prompt_tokens": args.prompt_tokens,
-        "max_tokens": args.max_tokens,
-        "repeats": args.repeats,
-        "threads": torch.get_num_threads(),
+        **_run_fields(loaded, args),
         "speculab_tok_s": ours["tok_s"],
         "llamacpp_tok_s": peer["tok_s"],
         "ratio": ours["tok_s"] / peer["tok_s"],
@@ -209,7 +212,6 @@ def reference_head_folder(head: Path, scratch: Path, target: Path) -> Path:
     """The head as the reference code reads it: ``pytorch_model.bin`` only, with ``embed_tokens.weight``
     (published heads carry a frozen copy of the target's embedding; speculab's trained heads leave it out
     and read the target's). Written once into a scratch folder when the head lacks either."""
-    import shutil
 
     from safetensors import safe_open
     from safetensors.torch import load_file
@@ -230,9 +232,6 @@ def reference_head_folder(head: Path, scratch: Path, target: Path) -> Path:
 
 def compare_eagle_reference(args: argparse.Namespace) -> dict:
     """speculab's EAGLE (the reference's static tree, and EAGLE-2's dynamic tree) against the EAGLE reference code."""
-    import json
-    import subprocess
-    import tempfile
 
     if not args.eagle:
         raise ValueError("compare eagle-reference needs --eagle PATH (an EAGLE-1 head for the target)")
