@@ -9,6 +9,7 @@ stdout line is one JSON object.
 ``speculab serve``: the engine behind an OpenAI-compatible HTTP server (``speculab.serve``).
 ``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
+``speculab plan``: memory and KV capacity per rank of a serving setup, from config.json files (``speculab.planning``).
 
 Each command's modules are imported inside the function that runs it (here and in each package's ``cli.py``,
 the only such imports in speculab): one command does not pay at start-up for the others' stacks (the server's
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from speculab.bench.cli import add_bench_parsers
     from speculab.launch.cli import add_launch_parsers
+    from speculab.planning import add_plan_parser
     from speculab.serve.cli import add_serve_parser
     from speculab.train.cli import add_train_parser
 
@@ -232,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_launch_parsers(sub)
     add_train_parser(sub)
+    add_plan_parser(sub)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model into the cache")
     f.set_defaults(func=cmd_fetch)

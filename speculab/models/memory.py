@@ -37,7 +37,7 @@ HALF_BYTES = 2  # what AWQ leaves unquantised is stored in fp16
 EAGLE3_DRAFT_VOCAB = 32_000  # the published EAGLE-3 heads' draft vocabulary
 DRAFTER_KINDS = (None, "draft", "eagle", "eagle3")
 
-WeightFormat = float | str  # bytes per parameter (2 = bf16/fp16, 4 = fp32), or "awq" (AWQ int4, group 128)
+WeightFormat = float | str  # bytes per parameter (2 = bf16/fp16, 4 = fp32), or "awq-int4" ("awq"), "gptq-int4", "fp8"
 
 
 @dataclass(frozen=True)
@@ -142,14 +142,35 @@ def _awq_linear_bytes(in_features: int, out_features: int, group_size: int = AWQ
     return math.ceil(in_features * out_features / 2) + math.ceil(groups * out_features * (AWQ_SCALE_BYTES + AWQ_ZERO_BYTES))
 
 
+def _gptq_linear_bytes(in_features: int, out_features: int, group_size: int = AWQ_GROUP_SIZE) -> int:
+    """GPTQ int4 (vLLM's layout): AWQ's 4-bit weights, fp16 scales and 4-bit zeros, plus g_idx, one int32 per input."""
+    return _awq_linear_bytes(in_features, out_features, group_size) + 4 * in_features
+
+
+def _fp8_linear_bytes(in_features: int, out_features: int) -> int:
+    """FP8 weights (the common vLLM checkpoints: e4m3, one fp32 scale per output channel)."""
+    return in_features * out_features + 4 * out_features
+
+
+QUANTISED_LINEAR_BYTES = {  # weight format -> bytes of one linear layer; the rest (embedding, lm_head, norms) fp16
+    "awq-int4": _awq_linear_bytes,
+    "gptq-int4": _gptq_linear_bytes,
+    "fp8": _fp8_linear_bytes,
+}
+
+
 def weights(tensors: ModelTensors, weight_format: WeightFormat) -> WeightFootprint:
-    """Bytes of ``tensors`` stored as ``weight_format`` (bytes per parameter, or "awq" for AWQ int4 g128)."""
+    """Bytes of ``tensors`` stored as ``weight_format``: bytes per parameter, or one of ``QUANTISED_LINEAR_BYTES``
+    ("awq" is "awq-int4"), whose quantised linears are sharded and whose other tensors stay fp16."""
     if isinstance(weight_format, str):
-        if weight_format.lower() not in ("awq", "awq-int4"):
-            raise ValueError(f"weight format {weight_format!r}: give bytes per parameter or 'awq'")
-        sharded = sum(_awq_linear_bytes(i, o) for i, o in tensors.linears) + HALF_BYTES * tensors.sharded_dense
+        name = "awq-int4" if weight_format.lower() == "awq" else weight_format.lower()
+        if name not in QUANTISED_LINEAR_BYTES:
+            raise ValueError(f"weight format {weight_format!r}: give bytes per parameter or one of {', '.join(QUANTISED_LINEAR_BYTES)}")
+        linear_bytes = QUANTISED_LINEAR_BYTES[name]
+        sharded = sum(linear_bytes(i, o) for i, o in tensors.linears) + HALF_BYTES * tensors.sharded_dense
         replicated = HALF_BYTES * (tensors.replicated_dense + sum(i * o for i, o in tensors.replicated_linears))
-        return WeightFootprint(tensors.parameters, sharded, replicated, f"awq-int4-g{AWQ_GROUP_SIZE}")
+        label = f"{name}-g{AWQ_GROUP_SIZE}" if name.endswith("int4") else name
+        return WeightFootprint(tensors.parameters, sharded, replicated, label)
     bpp = float(weight_format)
     if bpp <= 0:
         raise ValueError(f"bytes per parameter must be positive, got {weight_format}")
