@@ -125,7 +125,7 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         margins = MarginsByRequest() if cfg.temperature == 0 else None
         requests, wall = run_once(target, new_proposer(spec, options), batch_size, params, bar, margins)
         tokens = sum(len(r.output_ids) for r in requests)
-        runs.append((tokens / wall, wall, tokens, requests, (margins or MarginsByRequest()).of(requests)))
+        runs.append((tokens / wall, wall, tokens, requests, margins.of(requests) if margins is not None else [[] for _ in requests]))
     runs.sort(key=lambda run: run[0])
     tok_s, wall, tokens, requests, margins = runs[len(runs) // 2]  # the median repeat
     outputs = [r.output_ids for r in requests]

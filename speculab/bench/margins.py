@@ -14,9 +14,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-from speculab.engine import Engine
 from speculab.request import Request, TokenEvent
-from speculab.sampling import SamplingParams
 
 LEADERS = 4  # the top tokens whose gaps each LogitMargin keeps
 
@@ -49,7 +47,8 @@ def logit_margins(logits: Tensor) -> list[LogitMargin]:
 
 
 class MarginsByRequest(dict):
-    """Request id -> the margins of its output tokens, in order, filled from an engine's events."""
+    """Request id -> the margins of its output tokens, in order, filled from an engine's events (``add`` is an
+    ``Engine.generate`` ``on_token`` callback)."""
 
     def add(self, event: TokenEvent) -> None:
         if event.logits is not None:
@@ -57,16 +56,3 @@ class MarginsByRequest(dict):
 
     def of(self, requests: list[Request]) -> list[list[LogitMargin]]:
         return [self.get(r.id, []) for r in requests]
-
-
-def generate_with_margins(
-    engine: Engine, prompts: list[list[int]], params: SamplingParams
-) -> tuple[list[Request], list[list[LogitMargin]]]:
-    """``engine.generate`` (the engine built with ``token_logits=True``), and each request's margins."""
-    margins, done = MarginsByRequest(), {}
-    for event in engine.stream(prompts, params):
-        margins.add(event)
-        if event.finished:
-            done[event.request.id] = event.request
-    requests = [done[i] for i in sorted(done)]
-    return requests, margins.of(requests)

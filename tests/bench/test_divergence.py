@@ -10,7 +10,7 @@ import transformers
 
 from speculab import runtime
 from speculab.bench.divergence import NEAR_TIE, divergence_fields, divergences, token_divergences
-from speculab.bench.margins import generate_with_margins
+from speculab.bench.margins import MarginsByRequest
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from tests.helpers import Oracle, save_tiny_checkpoint
@@ -68,9 +68,12 @@ PARAMS = SamplingParams(max_tokens=48, ignore_eos=True)
 
 
 def _parted(loaded, proposer_of) -> list:
-    base, base_margins = generate_with_margins(Engine(loaded.model, 4, 128, token_logits=True), PROMPTS, PARAMS)
+    base_margins = MarginsByRequest()
+    base = Engine(loaded.model, 4, 128, token_logits=True).generate(PROMPTS, PARAMS, on_token=base_margins.add)
     proposer = proposer_of({tuple(p): r.output_ids for p, r in zip(PROMPTS, base)})
-    runs, margins = generate_with_margins(Engine(loaded.model, 4, 128, proposer=proposer, token_logits=True), PROMPTS, PARAMS)
+    run_margins = MarginsByRequest()
+    runs = Engine(loaded.model, 4, 128, proposer=proposer, token_logits=True).generate(PROMPTS, PARAMS, on_token=run_margins.add)
+    base_margins, margins = base_margins.of(base), run_margins.of(runs)
     for r, ms in zip(base + runs, base_margins + margins):
         assert len(ms) == len(r.output_ids) and all(m.gap >= 0 and len(m.leaders) == 4 for m in ms)
     outputs, reference = [r.output_ids for r in runs], [r.output_ids for r in base]

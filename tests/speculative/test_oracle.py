@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.bench.margins import generate_with_margins
+from speculab.bench.margins import MarginsByRequest
 from speculab.engine import Engine
 from speculab.sampling import SamplingParams
 from tests.helpers import KERNELS, Oracle, tiny_target
@@ -55,9 +55,11 @@ def test_verified_tokens_record_the_margins_plain_decoding_saw(target):
     """Each emitted token's logit margin comes from the tree node it was chosen at, in verification as in plain decoding."""
     ps = prompts(3)
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
-    base, base_margins = generate_with_margins(Engine(target, 3, 128, token_logits=True), ps, params)
+    base_margins = MarginsByRequest()
+    base = Engine(target, 3, 128, token_logits=True).generate(ps, params, on_token=base_margins.add)
     futures = {tuple(p): r.output_ids for p, r in zip(ps, base)}
-    runs, margins = generate_with_margins(Engine(target, 3, 128, proposer=Oracle(futures, 4, 2), token_logits=True), ps, params)
-    for request, plain, mine, theirs in zip(runs, base, margins, base_margins):
+    margins = MarginsByRequest()
+    runs = Engine(target, 3, 128, proposer=Oracle(futures, 4, 2), token_logits=True).generate(ps, params, on_token=margins.add)
+    for request, plain, mine, theirs in zip(runs, base, margins.of(runs), base_margins.of(base)):
         assert request.output_ids == plain.output_ids and len(mine) == len(request.output_ids)
         assert [m.gap for m in mine] == pytest.approx([m.gap for m in theirs], abs=1e-4)
