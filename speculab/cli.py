@@ -84,7 +84,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from speculab.runtime import load
     from speculab.sampling import SamplingParams
 
-    loaded = load(args.model, args.dtype, args.device)
+    loaded = load(args.model, args.dtype, args.device, args.kv_dtype)
     tok = loaded.tokenizer
     prompt_ids = tok.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else tok.encode(args.prompt)
     params = SamplingParams(
@@ -122,6 +122,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "acceptance_rate": stats.acceptance_rate,
         "spec_stats": stats.as_dict(),
         "dtype": loaded.dtype,
+        "kv_dtype": loaded.kv_dtype,
         "device": loaded.device,
         "model": str(loaded.path),
     }

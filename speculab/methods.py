@@ -63,11 +63,13 @@ class Method:
 
 
 def load_draft_model(path: str | Path, loaded):
-    """A draft model for the loaded target, in its dtype and device; it must share the target's tokenizer."""
+    """A draft model for the loaded target, in its dtype, KV cache dtype and device; it must share the target's tokenizer."""
 
     if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
         raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
-    return load_model(path, DTYPES[loaded.dtype], loaded.device)
+    model = load_model(path, DTYPES[loaded.dtype], loaded.device)
+    model.kv_dtype = loaded.model.kv_dtype  # one KV dtype for both caches (the memory estimate's assumption)
+    return model
 
 
 def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:

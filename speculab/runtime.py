@@ -25,6 +25,7 @@ from speculab.models.loading import load_model
 from speculab.models.tokenizer import Tokenizer
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # what the native loop writes and reads
 
 
 def add_model_flags(parser, device: bool = True, dtype: bool = True) -> None:
@@ -45,6 +46,14 @@ def add_model_flags(parser, device: bool = True, dtype: bool = True) -> None:
             default=None,
             help="default: fp32 for a bf16 checkpoint where speculab's native kernels are built (exact, bf16's memory "
             "traffic), else bf16 on CUDA or a CPU with AMX/AVX512-BF16, else fp32",
+        )
+        parser.add_argument(
+            "--kv-dtype",
+            choices=list(KV_DTYPES),
+            default=None,
+            help="the KV cache's dtype (default: the model's). bfloat16 under fp32 activations halves the cache's memory "
+            "and the bytes each step reads; with AMX the attention then runs on the tiles. Greedy outputs agree with an "
+            "fp32 cache's up to near-ties (BENCHMARKS.md, the bf16 KV cache)",
         )
     if device:
         parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
@@ -92,15 +101,19 @@ class LoadedModel:
     path: Path
     dtype: str
     device: str
+    kv_dtype: str | None = None  # the KV cache's dtype; None: the model's
 
 
-def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None) -> LoadedModel:
-    """Load a checkpoint folder (or the embedded default) with its tokenizer."""
+def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None, kv_dtype: str | None = None) -> LoadedModel:
+    """Load a checkpoint folder (or the embedded default) with its tokenizer; ``kv_dtype`` (None: ``dtype``) is the
+    dtype of every KV cache the model makes (``Transformer.kv_dtype``)."""
     device = device or default_device()
     dtype = dtype or default_dtype(device, model_path)
     path = resolve_model_path(model_path)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV cache dtype {kv_dtype!r}; choose one of {', '.join(KV_DTYPES)}")
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_native_bf16():
         print(
             "[speculab] note: this CPU has no AMX/AVX512-BF16; bf16 is emulated and multi-token forwards "
@@ -111,4 +124,5 @@ def load(model_path: str | Path | None = None, dtype: str | None = None, device:
     tokenizer = Tokenizer(path)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is {model.config.vocab_size}")
-    return LoadedModel(model, tokenizer, path, dtype, device)
+    model.kv_dtype = KV_DTYPES[kv_dtype] if kv_dtype else None
+    return LoadedModel(model, tokenizer, path, dtype, device, kv_dtype or dtype)

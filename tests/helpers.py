@@ -80,6 +80,16 @@ def tiny_model(seed: int = 0, kind: str = "llama", **overrides) -> Transformer:
     return speculab_from_hf(tiny_hf_model(kind, seed, **overrides))
 
 
+def bf16_kv_target(seed: int) -> tuple:
+    """A tiny target (transformers twin, speculab model) on the native kernels with a bf16 KV cache and head_dim 32
+    (what the AMX attention takes: on a CPU with AMX its attention runs on the tiles, elsewhere on the widened cache)."""
+    hf = tiny_hf_model("llama", seed, bf16_weights=True, num_attention_heads=2, num_key_value_heads=1)
+    model = speculab_from_hf(hf)
+    assert model.native_layers is not None, "native kernels not built: run `make setup` (python -m speculab.native)"
+    model.kv_dtype = torch.bfloat16
+    return hf, model
+
+
 def tiny_target(kernels: str, seed: int) -> tuple:
     """A tiny target (transformers twin, speculab model) that runs on ``kernels`` (one of KERNELS), checked."""
     from speculab.models.linear import NativeLinear

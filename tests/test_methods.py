@@ -18,3 +18,16 @@ def test_an_own_drafter_or_none_passes(tmp_path):
     require_own_drafter(parse_method(f"eagle:eagle={tmp_path}"), "--{key} PATH")
     require_own_drafter(parse_method("ngram"), "--{key} PATH")
     require_own_drafter(parse_method("baseline"), "--{key} PATH")
+
+
+def test_a_draft_model_keeps_its_cache_in_the_targets_kv_dtype(tmp_path):
+    """One KV dtype for both caches: what the benchmark's memory estimate assumes."""
+    import torch
+
+    from speculab.methods import load_draft_model
+    from speculab.runtime import load
+    from tests.helpers import save_tiny_checkpoint
+
+    target = load(save_tiny_checkpoint(tmp_path / "target", seed=1), "float32", "cpu", kv_dtype="bfloat16")
+    draft = load_draft_model(save_tiny_checkpoint(tmp_path / "draft", seed=2, num_hidden_layers=1), target)
+    assert draft.new_cache(1, 8).kv.dtype == torch.bfloat16

@@ -45,3 +45,33 @@ def test_hardware_dtype_follows_the_cpu(monkeypatch):
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
     assert runtime.hardware_dtype("cpu") == "float32"
     assert runtime.hardware_dtype("cuda") == "bfloat16"
+
+
+def test_kv_dtype_sets_every_cache_the_model_makes(tmp_path):
+    import torch
+
+    from tests.helpers import save_tiny_checkpoint
+
+    path = save_tiny_checkpoint(tmp_path / "m", seed=1)
+    loaded = runtime.load(path, "float32", "cpu", kv_dtype="bfloat16")
+    assert loaded.kv_dtype == "bfloat16" and loaded.model.new_cache(2, 16).kv.dtype == torch.bfloat16
+    plain = runtime.load(path, "float32", "cpu")
+    assert plain.kv_dtype == "float32" and plain.model.new_cache(2, 16).kv.dtype == torch.float32
+
+
+def test_an_unknown_kv_dtype_is_a_clear_error(tmp_path):
+    from tests.helpers import save_tiny_checkpoint
+
+    with pytest.raises(ValueError, match="unknown KV cache dtype 'float16'; choose one of float32, bfloat16"):
+        runtime.load(save_tiny_checkpoint(tmp_path / "m", seed=1), "float32", "cpu", kv_dtype="float16")
+
+
+def test_every_command_that_picks_a_dtype_takes_kv_dtype():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    runtime.add_model_flags(parser)
+    assert parser.parse_args(["--kv-dtype", "bfloat16"]).kv_dtype == "bfloat16"
+    assert parser.parse_args([]).kv_dtype is None  # the model's dtype
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kv-dtype", "int8"])

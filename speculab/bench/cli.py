@@ -135,6 +135,7 @@ def config_from_args(args: argparse.Namespace):
         workload=args.workload,
         profile=args.profile + ("+custom" if custom else ""),
         dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
         model=args.model,
         endpoints=endpoints,
         request_timeout=args.request_timeout,

@@ -35,7 +35,7 @@ from speculab.spec_stats import SpecStats
 
 def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:
     """The target model and the workload's prompts in its chat template."""
-    loaded = load(cfg.model, cfg.dtype)
+    loaded = load(cfg.model, cfg.dtype, kv_dtype=cfg.kv_dtype)
     prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
     return Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
 

@@ -36,6 +36,7 @@ class BenchConfig:
     profile: str = "quick"
     time_budget_s: float | None = None  # in-process cells sized to it (budget.py); None: every prompt in every cell
     dtype: str | None = None
+    kv_dtype: str | None = None  # None: the model's
     model: str | None = None
     prompt_cache: bool = True
     endpoints: tuple = ()  # speculab.bench.over_http.endpoint.Endpoint, measured beside the in-process methods

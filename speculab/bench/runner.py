@@ -89,9 +89,10 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
     memory, drafters, models, loaded = {}, {}, {}, target.loaded if target else None
     if loaded is not None:
         dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
+        kv_bytes = torch.finfo(loaded.model.kv_dtype or loaded.model.dtype).bits // 8
         budget = machine_memory_budget()
         for spec in cfg.in_process:
-            memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget)
+            memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget, kv_bytes)
             if (path := drafter_path(spec)) is not None:
                 drafters[spec.label] = model_record(path)
         models = {"target": model_record(loaded.path), "drafters": drafters}
@@ -103,6 +104,7 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
         "config": cfg.record()
         | {
             "dtype": loaded.dtype if loaded is not None else None,
+            "kv_dtype": loaded.kv_dtype if loaded is not None else None,
             "linear_kernels": linear_kind(loaded.model) if loaded is not None else None,
         },
         "testbed": testbed(),
@@ -112,8 +114,9 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
     }
 
 
-def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int) -> dict:
-    """``memory.estimate`` for a method: its drafter's kind (``METHODS``), config and reduced vocabulary."""
+def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int, kv_bytes: int | None = None) -> dict:
+    """``memory.estimate`` for a method: its drafter's kind (``METHODS``), config and reduced vocabulary; ``kv_bytes``
+    per cached value (None: ``dtype_bytes``)."""
     kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
     drafter_cfg, options = None, {}
     if kind == "draft":
@@ -123,7 +126,7 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
     if kind in AUTO_DRAFT_VOCAB and (size := draft_vocab_size(kind, spec.params, path)) is not None:
         options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
-    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, **options)
+    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, kv_dtype_bytes=kv_bytes, **options)
 
 
 def _label(what) -> str:

@@ -140,13 +140,14 @@ def transformers_side(path: Path, dtype: str, prompts: list[list[int]], max_toke
 def _setup(args: argparse.Namespace) -> LoadedModel:
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load(args.model, args.dtype, args.device)  # no --dtype: the machine's default (runtime.default_dtype)
+    return load(args.model, args.dtype, args.device, args.kv_dtype)  # no --dtype: the machine's default (runtime.default_dtype)
 
 
 def _run_fields(loaded: LoadedModel, args: argparse.Namespace) -> dict:
     """What every peer comparison records of speculab's side and the run's settings."""
     return {
         "dtype": loaded.dtype,
+        "kv_dtype": loaded.kv_dtype,
         "linear_kernels": linear_kind(loaded.model),
         "cpu_flags": reported_cpu_flags(),
         "batch_size": args.batch_size,
@@ -281,6 +282,7 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     return {
         "peer": "eagle-reference",
         "dtype": loaded.dtype,
+        "kv_dtype": loaded.kv_dtype,
         "linear_kernels": linear_kind(loaded.model),
         "cpu_flags": reported_cpu_flags(),
         "batch_size": args.batch_size,

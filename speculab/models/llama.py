@@ -156,9 +156,9 @@ class Attention(nn.Module):
         qk = qkv[:, : h + hkv]
         qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # RoPE, rotate-half convention
         new_kv = torch.cat((qk[:, h:], qkv[:, h + hkv :]), dim=1)  # [batch, 2*kv_heads, q, d]
-        kv.index_put_((batch.rows[:, None, None], heads_index, batch.cache_pos[:, None, :]), new_kv)
+        kv.index_put_((batch.rows[:, None, None], heads_index, batch.cache_pos[:, None, :]), new_kv.to(kv.dtype))
         rows = batch.contiguous_rows if batch.contiguous_rows is not None else batch.rows
-        cached = kv[rows, :, : batch.length]  # [batch, 2*kv_heads, length, d]
+        cached = kv[rows, :, : batch.length].to(qk.dtype)  # [batch, 2*kv_heads, length, d]; a bf16 cache widened
         # GQA without repeating K/V: the query heads of one group become extra query rows.
         query = qk[:, :h].reshape(bsz, hkv, (h // hkv) * q, d)
         out = F.scaled_dot_product_attention(query, cached[:, :hkv], cached[:, hkv:], attn_mask=mask)
@@ -201,6 +201,9 @@ class Transformer(nn.Module):
         inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.native_layers = None  # the same layers' loop in C++ (native_layers.py), set by the loader when it applies
+        # The KV cache's dtype; None: the model's. A bf16 cache under fp32 activations halves the cache's bytes (and,
+        # with AMX, runs the attention on the tiles); keys and values are rounded to bf16 once, when written.
+        self.kv_dtype: torch.dtype | None = None
 
     @torch.no_grad()
     def fold_norm_weights(self) -> None:
@@ -239,7 +242,7 @@ class Transformer(nn.Module):
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         c = self.config
-        return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.dtype, self.norm.weight.device)
+        return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.kv_dtype or self.dtype, self.norm.weight.device)
 
     @torch.no_grad()
     def forward(

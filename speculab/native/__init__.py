@@ -35,6 +35,7 @@ SOURCES = tuple(
         "bf16_linear_amx.cpp",
         "attention.cpp",
         "attention_avx512.cpp",
+        "attention_amx.cpp",
         "ops.cpp",
         "layers.cpp",
     )

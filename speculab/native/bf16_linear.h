@@ -22,6 +22,13 @@ void bf16_linear_amx(const float* x, int64_t m, const uint16_t* w, int64_t k, in
                      const float* res);
 bool use_amx(bool on);
 bool amx_in_use();
+bool amx_tiles_granted();  // whether this process may use the tiles at all (the CPU has them and Linux granted them)
+// The tile shapes of the AMX kernels: the last `right_tiles` tiles 16 x 64 bytes (right operands: pairs of bf16),
+// the others `rows` x 64 bytes (accumulators and left operands).
+void amx_configure(int64_t rows, int right_tiles);
+// x [m, k] fp32 -> [3, padded, k] bf16: the planes hi, mid, lo with x = hi + mid + lo exactly (hi is x with its low
+// 16 bits cleared, mid the same of x - hi); rows from m to padded are zero.
+void amx_split_planes(const float* x, int64_t m, int64_t k, int64_t padded, uint16_t* out);
 // The input features of a weight packed by bf16_pack, whichever layout it has.
 inline int64_t packed_in_features(const torch::Tensor& packed) {
   return packed.size(2) == 32 ? 2 * packed.size(1) : packed.size(1);

@@ -64,17 +64,21 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure(int64_t rows) {
+}  // namespace
+
+void amx_configure(int64_t rows, int right_tiles) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
-    cfg.rows[t] = t == 7 ? kTileRows : rows;
+    cfg.rows[t] = t >= 8 - right_tiles ? kTileRows : rows;
   }
+  // GCC 12 does not see ldtilecfg read its operand and drops the stores above (dead-store elimination; the bug
+  // llama.cpp works around with -fno-tree-dse): a compiler barrier keeps them.
+  asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
 
-// x [m, k] fp32 -> [3, padded, k] bf16: the planes hi, mid, lo; rows from m to padded are zero.
-void split(const float* x, int64_t m, int64_t k, int64_t padded, uint16_t* out) {
+void amx_split_planes(const float* x, int64_t m, int64_t k, int64_t padded, uint16_t* out) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   std::fill(out + m * k, out + padded * k, uint16_t(0));
   std::fill(out + (padded + m) * k, out + 2 * padded * k, uint16_t(0));
@@ -92,6 +96,8 @@ void split(const float* x, int64_t m, int64_t k, int64_t padded, uint16_t* out) 
       }
     }
 }
+
+namespace {
 
 // Panel T's weight tile for this k-block into tile 7, the next-but-one block's lines fetched meanwhile; its three
 // products (hi, mid, lo) into accumulator T.
@@ -155,6 +161,7 @@ void run_group(int64_t P, const uint16_t* xs, int64_t plane, int64_t k, const ui
 }  // namespace
 
 bool amx_in_use() { return amx_on && tiles_granted(); }
+bool amx_tiles_granted() { return tiles_granted(); }
 
 void bf16_linear_amx(const float* x, int64_t m, const uint16_t* w, int64_t k, int64_t panels, float* y, int64_t n,
                      const float* res) {
@@ -166,9 +173,9 @@ void bf16_linear_amx(const float* x, int64_t m, const uint16_t* w, int64_t k, in
   thread_local std::vector<uint16_t> buffer;  // reused, so a decode step allocates nothing
   buffer.resize(3 * padded * k);
   const uint16_t* xs = buffer.data();  // by pointer: in the workers, `buffer` names their own (empty) one
-  split(x, m, k, padded, buffer.data());
+  amx_split_planes(x, m, k, padded, buffer.data());
   at::parallel_for(0, panels, 1, [&](int64_t t0, int64_t t1) {
-    configure(block);
+    amx_configure(block, 1);
     alignas(64) float out[kTileRows * kGroup * kCols];
     for (int64_t p0 = t0; p0 < t1;) {
       const int64_t left = t1 - p0, P = left >= 4 ? 4 : left >= 2 ? 2 : 1;
@@ -194,6 +201,9 @@ torch::Tensor amx_pack(torch::Tensor w) {
 #else
 
 bool amx_in_use() { return false; }
+bool amx_tiles_granted() { return false; }
+void amx_configure(int64_t, int) { TORCH_CHECK(false, "built without AMX"); }
+void amx_split_planes(const float*, int64_t, int64_t, int64_t, uint16_t*) { TORCH_CHECK(false, "built without AMX"); }
 void bf16_linear_amx(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t, const float*) {
   TORCH_CHECK(false, "bf16_linear: built without AMX");
 }

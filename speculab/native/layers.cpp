@@ -51,7 +51,7 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>> decoder_layers(
     cached = cached.slice(2, 0, length);
     auto keys = cached.slice(1, 0, hkv), values = cached.slice(1, hkv);
     auto out = q <= attention_max_q ? cached_attention(query, keys, values, mask)
-                                    : at::scaled_dot_product_attention(query, keys, values, mask);
+                                    : at::scaled_dot_product_attention(query, keys.to(torch::kFloat32), values.to(torch::kFloat32), mask);
     out = out.view({bsz, h, q, d}).transpose(1, 2).reshape({bsz, q, h * d});
     x = bf16_linear(out, p[kOut], hidden, c10::nullopt, x);
     // MLP

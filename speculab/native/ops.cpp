@@ -57,10 +57,34 @@ inline void rotate(const float* x, const float* cos, const float* sin, float* ou
 
 }  // namespace
 
+namespace {
+
+// 8 floats -> 8 bf16, rounded to nearest even as torch's .to(torch.bfloat16) rounds (a NaN becomes 0x7FC0), so the
+// native loop and the Python one write the same bf16 cache.
+inline void store_bf16(__m256 v, uint16_t* dst) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i top = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  top = _mm256_blendv_epi8(top, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(top, top), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
+}
+
+// d floats into the cache at dst: copied (fp32 cache) or rounded (bf16 cache).
+inline void store_row(const float* x, void* dst, bool bf16, int64_t d) {
+  for (int64_t e = 0; e < d; e += 8) {
+    if (bf16) store_bf16(_mm256_loadu_ps(x + e), static_cast<uint16_t*>(dst) + e);
+    else _mm256_storeu_ps(static_cast<float*>(dst) + e, _mm256_loadu_ps(x + e));
+  }
+}
+
+}  // namespace
+
 torch::Tensor rope_and_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor kv, torch::Tensor rows,
                              torch::Tensor cache_pos, int64_t heads, int64_t kv_heads, int64_t d) {
-  TORCH_CHECK(qkv.scalar_type() == torch::kFloat32 && kv.scalar_type() == torch::kFloat32, "rope_and_write: float32 only");
-  TORCH_CHECK(d % 16 == 0, "rope_and_write: head_dim must be a multiple of 16");
+  TORCH_CHECK(qkv.scalar_type() == torch::kFloat32, "rope_and_write: float32 activations only");
+  TORCH_CHECK(kv.scalar_type() == torch::kFloat32 || kv.scalar_type() == torch::kBFloat16, "rope_and_write: a float32 or bfloat16 cache");
+  TORCH_CHECK(d % 16 == 0 && d <= 128, "rope_and_write: head_dim must be a multiple of 16, at most 128");
   qkv = qkv.contiguous();
   cos = cos.contiguous();
   sin = sin.contiguous();
@@ -73,21 +97,23 @@ torch::Tensor rope_and_write(torch::Tensor qkv, torch::Tensor cos, torch::Tensor
   const int64_t* rp = rows_cpu.data_ptr<int64_t>();
   const int64_t* pp = pos_cpu.data_ptr<int64_t>();
   const float *xp = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-  float *qp = query.data_ptr<float>(), *kvp = kv.data_ptr<float>();
-  const int64_t s0 = kv.stride(0), s1 = kv.stride(1), s2 = kv.stride(2);
+  float* qp = query.data_ptr<float>();
+  const bool bf16 = kv.scalar_type() == torch::kBFloat16;
+  char* kvp = static_cast<char*>(kv.data_ptr());
+  const int64_t item = kv.element_size(), s0 = kv.stride(0) * item, s1 = kv.stride(1) * item, s2 = kv.stride(2) * item;
   at::parallel_for(0, bsz * q, 16, [&](int64_t t0, int64_t t1) {
+    alignas(32) float key[128];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / q, i = t % q;
       const float* x = xp + t * width;
       const float *c = cp + t * d, *s = sp + t * d;
       for (int64_t h = 0; h < heads; ++h)  // query head h = kv * group + g -> row g * q + i of kv head kv
         rotate(x + h * d, c, s, qp + ((b * kv_heads + h / group) * group * q + (h % group) * q + i) * d, d);
-      float* slot = kvp + rp[b] * s0 + pp[t] * s2;
+      char* slot = kvp + rp[b] * s0 + pp[t] * s2;
       for (int64_t h = 0; h < kv_heads; ++h) {
-        rotate(x + (heads + h) * d, c, s, slot + h * s1, d);
-        const float* v = x + (heads + kv_heads + h) * d;
-        float* dst = slot + (kv_heads + h) * s1;
-        for (int64_t e = 0; e < d; e += 8) _mm256_storeu_ps(dst + e, _mm256_loadu_ps(v + e));
+        rotate(x + (heads + h) * d, c, s, key, d);
+        store_row(key, slot + h * s1, bf16, d);
+        store_row(x + (heads + kv_heads + h) * d, slot + (kv_heads + h) * s1, bf16, d);
       }
     }
   });

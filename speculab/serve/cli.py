@@ -73,7 +73,7 @@ def build_server(args: argparse.Namespace):
     spec = parse_method(args.method)
     if args.model is not None:
         require_own_drafter(spec, "{key}=PATH")
-    loaded = runtime.load(args.model, args.dtype, args.device)
+    loaded = runtime.load(args.model, args.dtype, args.device, args.kv_dtype)
     engine = Engine(
         loaded.model,
         args.max_batch,
@@ -90,6 +90,7 @@ def build_server(args: argparse.Namespace):
         method=spec.name,
         label=spec.label,
         dtype=loaded.dtype,
+        kv_dtype=loaded.kv_dtype,
         max_model_len=engine.max_seq_len,
         version=speculab.__version__,
         command=shlex.join(["speculab", *redact_argv(getattr(args, "argv", []))]),

@@ -47,6 +47,7 @@ async def version(state: State):
         "method": info.method,
         "label": info.label,
         "dtype": info.dtype,
+        "kv_dtype": info.kv_dtype or info.dtype,
         "command": info.command,
     }
 
@@ -62,7 +63,7 @@ async def models(state: State):
         "root": info.model_path,
         "parent": None,
         "max_model_len": info.max_model_len,
-        "speculab": {"method": info.method, "label": info.label, "dtype": info.dtype},
+        "speculab": {"method": info.method, "label": info.label, "dtype": info.dtype, "kv_dtype": info.kv_dtype or info.dtype},
     }
     return {"object": "list", "data": [model]}
 

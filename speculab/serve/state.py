@@ -30,6 +30,7 @@ class ServeInfo:
     max_model_len: int
     version: str
     command: str | None = None  # the server's command line, secrets redacted (speculab.redact)
+    kv_dtype: str | None = None  # the KV cache's dtype (None: the model's)
 
 
 @dataclass(frozen=True)

@@ -181,3 +181,17 @@ def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, 
     for c in cells(tmp_path / "run"):
         assert c["num_prompts"] == c["batch_size"]
         assert c["greedy_identical"] is True
+
+
+def test_a_bf16_kv_cache_is_recorded_and_stays_lossless(setup, tmp_path):
+    """--kv-dtype bfloat16: the run says so, the memory estimate counts 2 bytes a cached value, and every method
+    still gives the baseline's greedy tokens (the draft model's cache is bf16 too)."""
+    out = tmp_path / "run"
+    args = bench_args(setup, out, "--kv-dtype", "bfloat16")
+    args[args.index("--batch-sizes") + 1 : args.index("--batch-sizes") + 3] = ["2"]
+    assert main(args) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    run = next(r for r in records if r["kind"] == "run")
+    assert run["config"]["kv_dtype"] == "bfloat16" and run["config"]["dtype"] == "float32"
+    assert {m["kv_dtype_bytes"] for m in run["memory"].values()} == {2}
+    assert all(c["greedy_identical"] for c in cells(out))

@@ -5,7 +5,7 @@ import torch
 
 from speculab.models.llama import ForwardBatch, causal_batch
 from speculab.models.native_layers import NativeLayers
-from tests.helpers import speculab_from_hf, tiny_hf_model
+from tests.helpers import bf16_kv_target, speculab_from_hf, tiny_hf_model
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,34 @@ def test_a_verify_gives_each_row_what_decoding_it_alone_gives(model, q):
         assert torch.equal(torch.cat(steps, 1), verify)
     else:
         torch.testing.assert_close(torch.cat(steps, 1), verify, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def bf16_kv_model():
+    return bf16_kv_target(seed=4)[1]
+
+
+@pytest.mark.parametrize("shape", ["chain", "gathered", "tree"])
+def test_on_a_bf16_cache_the_loop_is_close_to_the_python_loop(bf16_kv_model, shape):
+    """Both loops write keys and values rounded to bf16 and attend over them in fp32 (the Python loop widens them)."""
+    tokens, batch_of = batches()[shape]
+    python = run(bf16_kv_model, None, tokens, batch_of)
+    native = run(bf16_kv_model, bf16_kv_model.native_layers, tokens, batch_of)
+    assert native[2].dtype == python[2].dtype == torch.bfloat16
+    torch.testing.assert_close(native[0], python[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(native[2].float(), python[2].float(), rtol=2**-7, atol=1e-6)  # at most one bf16 rounding apart
+
+
+@pytest.mark.parametrize("q", [5, 16, 64])
+def test_on_a_bf16_cache_a_verify_gives_each_row_what_decoding_it_alone_gives(bf16_kv_model, q):
+    model = bf16_kv_model
+    tokens = torch.randint(0, 256, (1, q))
+    cache = model.new_cache(1, 80)
+    assert cache.kv.dtype == torch.bfloat16
+    model(torch.arange(3, 12)[None], causal_batch(torch.arange(1), torch.zeros(1, dtype=torch.long), 9), cache)
+    verify = model(tokens, causal_batch(torch.arange(1), torch.tensor([9]), q), cache).logits
+    steps = [model(tokens[:, t : t + 1], causal_batch(torch.arange(1), torch.tensor([9 + t]), 1), cache).logits for t in range(q)]
+    assert torch.equal(torch.cat(steps, 1), verify)
 
 
 def test_the_python_loop_runs_without_the_kernels(monkeypatch):

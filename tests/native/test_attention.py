@@ -72,7 +72,7 @@ def test_a_row_whose_whole_chunk_is_masked(kernels):
 @pytest.mark.parametrize(
     "change,message",
     [
-        (lambda q, k, v, m: (q.double(), k, v, m), "float32 tensors only"),
+        (lambda q, k, v, m: (q.double(), k, v, m), "float32 queries"),
         (lambda q, k, v, m: (q[..., :12], k[..., :12], v[..., :12], m), "multiple of 8"),
         (lambda q, k, v, m: (q, k, v, m[..., :-1]), "mask must be"),
     ],

@@ -60,3 +60,25 @@ def test_linear_adds_the_residual_in_its_store(kernels):
         assert torch.equal(got, residual[:rows] + kernels.linear(x[:rows], packed, 40, None))
     with pytest.raises(RuntimeError, match="bias and a residual"):
         kernels.linear(x, packed, 40, torch.zeros(40), residual)
+
+
+def test_rope_and_write_rounds_into_a_bf16_cache_as_torch_does(kernels):
+    """A bf16 cache receives what the fp32 cache would, rounded as ``.to(torch.bfloat16)`` rounds: to nearest, ties to
+    even, NaN kept NaN, infinities and signed zeros kept (the values' part is written unrotated, so it carries them)."""
+    bsz, q, heads, kv_heads, d = 2, 3, 4, 2, 32
+    qkv = torch.randn(bsz, q, (heads + 2 * kv_heads) * d)
+    special = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), float("nan"), float("inf"), float("-inf"), -0.0, 1e-40,
+                            3.0e38, 2**-126 * 1.5, 65504.0, 1 + 2**-9])
+    values = qkv[..., (heads + kv_heads) * d :].reshape(-1)
+    values[: special.numel()] = special
+    qkv[..., (heads + kv_heads) * d :] = values.view(bsz, q, kv_heads * d)
+    positions = torch.tensor([[5, 6, 7], [9, 10, 11]])
+    cos, sin = rope_tables(positions, rope_inv_freq(d, 10000.0, RopeScaling()), torch.float32)
+    rows, cache_pos = torch.tensor([1, 0]), positions
+    wide, narrow = torch.zeros(2, 2 * kv_heads, 16, d), torch.zeros(2, 2 * kv_heads, 16, d, dtype=torch.bfloat16)
+    kernels.rope_and_write(qkv, cos, sin, wide, rows, cache_pos, heads, kv_heads, d)
+    query = kernels.rope_and_write(qkv, cos, sin, narrow, rows, cache_pos, heads, kv_heads, d)
+    expected = wide.to(torch.bfloat16)
+    assert torch.equal(narrow.view(torch.int16)[~expected.isnan()], expected.view(torch.int16)[~expected.isnan()])
+    assert torch.equal(narrow.isnan(), expected.isnan()) and expected.isnan().sum() == 1
+    torch.testing.assert_close(query, kernels.rope_and_write(qkv, cos, sin, wide.clone(), rows, cache_pos, heads, kv_heads, d))

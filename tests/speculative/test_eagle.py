@@ -8,7 +8,7 @@ from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
 from speculab.speculative.registry import make_proposer
-from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
+from tests.helpers import bf16_kv_target, speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
 
@@ -49,6 +49,18 @@ def test_greedy_identical_to_baseline(tmp_path, hf_target, target, batch, topk, 
     for r in spec:
         assert r.stats.draft_nodes > 0
         assert r.stats.drafted_depth <= r.stats.steps * num_steps
+
+
+def test_greedy_identical_to_baseline_on_a_bf16_cache(tmp_path):
+    """A tree verify over a bf16 KV cache (the tiles' attention where the CPU has AMX) gives the baseline's tokens."""
+    hf, target = bf16_kv_target(seed=6)
+    head = load_eagle_head(write_eagle_head(tmp_path, hf.config), target)
+    prompts = prompts_of([5, 9, 14], seed=8)
+    base = Engine(target, max_batch=3, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
+    spec = Engine(target, max_batch=3, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    assert all(r.stats.draft_nodes > 0 for r in spec)
 
 
 def test_an_engine_sized_by_sequence_length_fits_an_eagle_tree_exactly(tmp_path, hf_target, target):
