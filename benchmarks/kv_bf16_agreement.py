@@ -55,8 +55,17 @@ def main() -> None:
             continue
         gap_fp32, exact_fp32 = ma[at].gap_to(b[at])
         gap_bf16, exact_bf16 = mb[at].gap_to(a[at])
-        parted.append({"id": item.id, "domain": item.domain, "position": at, "fp32_gap": round(gap_fp32, 4), "fp32_gap_exact": exact_fp32,
-                       "bf16_gap": round(gap_bf16, 4), "bf16_gap_exact": exact_bf16})
+        parted.append(
+            {
+                "id": item.id,
+                "domain": item.domain,
+                "position": at,
+                "fp32_gap": round(gap_fp32, 4),
+                "fp32_gap_exact": exact_fp32,
+                "bf16_gap": round(gap_bf16, 4),
+                "bf16_gap_exact": exact_bf16,
+            }
+        )
         print(parted[-1], file=sys.stderr)
     gaps = [p["fp32_gap"] for p in parted]
     summary = {

@@ -104,7 +104,9 @@ class LoadedModel:
     kv_dtype: str | None = None  # the KV cache's dtype; None: the model's
 
 
-def load(model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None, kv_dtype: str | None = None) -> LoadedModel:
+def load(
+    model_path: str | Path | None = None, dtype: str | None = None, device: str | None = None, kv_dtype: str | None = None
+) -> LoadedModel:
     """Load a checkpoint folder (or the embedded default) with its tokenizer; ``kv_dtype`` (None: ``dtype``) is the
     dtype of every KV cache the model makes (``Transformer.kv_dtype``)."""
     device = device or default_device()

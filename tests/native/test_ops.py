@@ -67,8 +67,22 @@ def test_rope_and_write_rounds_into_a_bf16_cache_as_torch_does(kernels):
     even, NaN kept NaN, infinities and signed zeros kept (the values' part is written unrotated, so it carries them)."""
     bsz, q, heads, kv_heads, d = 2, 3, 4, 2, 32
     qkv = torch.randn(bsz, q, (heads + 2 * kv_heads) * d)
-    special = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), float("nan"), float("inf"), float("-inf"), -0.0, 1e-40,
-                            3.0e38, 2**-126 * 1.5, 65504.0, 1 + 2**-9])
+    special = torch.tensor(
+        [
+            1 + 2**-8,
+            1 + 3 * 2**-8,
+            -(1 + 2**-8),
+            float("nan"),
+            float("inf"),
+            float("-inf"),
+            -0.0,
+            1e-40,
+            3.0e38,
+            2**-126 * 1.5,
+            65504.0,
+            1 + 2**-9,
+        ]
+    )
     values = qkv[..., (heads + kv_heads) * d :].reshape(-1)
     values[: special.numel()] = special
     qkv[..., (heads + kv_heads) * d :] = values.view(bsz, q, kv_heads * d)
