@@ -74,7 +74,9 @@ def eagle_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_slot_server(tmp_path_factory):
-    """One slot, no waiting place, an API key: for 429, disconnects and 401."""
-    server = start_server(tmp_path_factory, "--max-batch", "1", "--max-queue", "0", "--max-model-len", "4096", "--api-key", "sekret")
+    """One slot, no waiting place, an API key: for 429, disconnects and 401; its KV cache in bf16 (the real model on it)."""
+    server = start_server(
+        tmp_path_factory, "--max-batch", "1", "--max-queue", "0", "--max-model-len", "4096", "--api-key", "sekret", "--kv-dtype", "bfloat16"
+    )
     yield server
     stop_server(server)

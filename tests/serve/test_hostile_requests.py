@@ -106,6 +106,14 @@ def test_the_api_key_never_leaves_the_server(one_slot_server):
     assert not any("sekret" in text for text in seen)
 
 
+def test_the_server_says_its_kv_cache_dtype(one_slot_server):
+    """This server keeps its KV cache in bf16 (--kv-dtype bfloat16) under fp32 activations, and says both."""
+    version = httpx.get(f"{one_slot_server.url}/version", timeout=30).json()
+    assert (version["dtype"], version["kv_dtype"]) == ("float32", "bfloat16")
+    model = httpx.get(f"{one_slot_server.v1}/models", headers=KEY, timeout=30).json()["data"][0]
+    assert model["speculab"]["kv_dtype"] == "bfloat16"
+
+
 def test_a_non_streaming_client_that_leaves_frees_its_slot(one_slot_server):
     """A non-streaming request asked for 3,000 tokens in the only slot; its client goes after a second. The slot must
     be free long before the request would have finished (3,000 tokens take minutes here)."""
