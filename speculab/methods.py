@@ -29,6 +29,7 @@ from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES
 from speculab.speculative.limit import SpeculationLimit
+from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
 from speculab.speculative.registry import make_proposer
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -130,12 +131,18 @@ def _existing(path: str | Path, key: str) -> Path:
 # (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%).
 AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (speculative/limit.py)
+POLICY = "policy"  # every speculative method's: a policy file capping each request's draft (speculative/policy.py)
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
-    "ngram": Method({"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None}, lambda p, loaded: dict(p)),
+    "ngram": Method(
+        {"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None}, lambda p, loaded: dict(p)
+    ),
     "draft": Method(
-        {"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, "draft": str(DEFAULT_DRAFT)}, _draft_options, "draft", "draft"
+        {"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, POLICY: None, "draft": str(DEFAULT_DRAFT)},
+        _draft_options,
+        "draft",
+        "draft",
     ),
     # batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 4 on, where a
     # verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget").
@@ -147,6 +154,7 @@ METHODS: dict[str, Method] = {
             "batch_budget": 4,
             "draft_vocab": "auto",
             LIMIT: None,
+            POLICY: None,
             "eagle": str(DEFAULT_EAGLE),
         },
         _eagle_options("eagle"),
@@ -156,7 +164,7 @@ METHODS: dict[str, Method] = {
     # eagle's tree and budget: the best of five batch-1 trees for the shipped EAGLE-3 head on held-out prompts
     # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
     "eagle3": Method(
-        {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, LIMIT: None, "eagle": str(DEFAULT_EAGLE3)},
+        {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
         _eagle_options("eagle3"),
         "eagle",
         "eagle3",
@@ -164,7 +172,7 @@ METHODS: dict[str, Method] = {
 }
 
 
-OPTIONAL = {"batch_budget", "draft_vocab", LIMIT}  # parameters that ``none`` turns off
+OPTIONAL = {"batch_budget", "draft_vocab", LIMIT, POLICY}  # parameters that ``none`` turns off
 PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming a drafter folder
 
 
@@ -173,7 +181,7 @@ def _value(text: str, default: Any, key: str = "") -> Any:
         return None
     if key == "draft_vocab":
         return "auto" if text == "auto" else int(text)
-    if key in PATHS:
+    if key in PATHS or key == POLICY:
         return text
     if default is None:
         return int(text)
@@ -209,13 +217,15 @@ def parse_method(text: str) -> MethodSpec:
 
 def proposer_options(spec: MethodSpec, loaded) -> dict:
     """The proposer's constructor options (drafters loaded): build once, then ``new_proposer`` per run."""
-    return METHODS[spec.name].build({k: v for k, v in spec.params.items() if k != LIMIT}, loaded)
+    return METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in (LIMIT, POLICY)}, loaded)
 
 
 def new_proposer(spec: MethodSpec, options: dict):
-    """A fresh proposer for one run, limited to small batches when the spec says so."""
+    """A fresh proposer for one run, limited to small batches and capped by a policy file when the spec says so."""
 
     proposer = make_proposer(spec.name, **options)
+    if (policy := spec.params.get(POLICY)) is not None:
+        proposer = PolicyProposer(proposer, SpeculationPolicy.from_file(policy))
     limit = spec.params.get(LIMIT)
     return proposer if limit is None else SpeculationLimit(proposer, limit)
 

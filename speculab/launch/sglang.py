@@ -105,6 +105,8 @@ ALGORITHMS: dict[str, Callable[[LaunchRequest], list[Flag]]] = {
 def sglang_plan(req: LaunchRequest) -> LaunchPlan:
     if req.spec.params.get("disable_by_batch_size") is not None:
         raise UnsupportedLaunch("disable_by_batch_size: SGLang has no such switch; measure the batch sizes instead")
+    if req.spec.params.get("policy") is not None:
+        raise UnsupportedLaunch("policy: speculab's per-request draft caps have no SGLang equivalent; run the method without it")
     name = req.served_name or req.target.name
     program = (
         (*req.program, "--model-path", str(req.target))

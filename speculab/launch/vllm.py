@@ -128,6 +128,11 @@ def vllm_plan(req: LaunchRequest) -> LaunchPlan:
             "disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
             "versions removed it; measure the batch sizes instead of switching speculation off"
         )
+    if req.spec.params.get("policy") is not None:
+        raise UnsupportedLaunch(
+            "policy: speculab's per-request draft caps have no vLLM equivalent (its closest, "
+            "num_speculative_tokens_per_batch_size, caps by batch size only); run the method without it"
+        )
     name = req.served_name or req.target.name
     program = (*req.program, "--model", str(req.target)) if req.program else ("vllm", "serve", str(req.target))
     flags = served_flags(req.port, name)

@@ -129,12 +129,13 @@ class DraftModelProposer(Proposer):
         lengths = start + torch.tensor([len(t) for t in tails], device=self.device)
         drafted: list[list[int]] = [[] for _ in reqs]
         dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
-        for step in range(self.k):
+        k = max(1, state.most_draft_nodes(self.k))  # a policy's cap: no step drafts more than any row may keep
+        for step in range(k):
             picked, probs = self._pick(logits, reqs)
             for row in range(len(reqs)):
                 drafted[row].append(picked[row])
                 dists[row].append(probs[row])
-            if step == self.k - 1:
+            if step == k - 1:
                 break
             feed = torch.tensor(picked, device=self.device)[:, None]
             logits = self.model(feed, causal_batch(rows, lengths, 1), self.cache, lm_head=head).logits[:, 0]

@@ -86,11 +86,13 @@ class EagleProposer(Proposer):
             return self.head.logits(self.target, hidden)
         return self.reduced.logits(hidden.to(self.target.dtype))
 
-    def tree_shape(self, batch_size: int) -> tuple[int, int, int]:
-        """(topk, num_steps, draft nodes kept) per row at this batch size."""
-        if self.batch_budget is None:
+    def tree_shape(self, batch_size: int, most: int | None = None) -> tuple[int, int, int]:
+        """(topk, num_steps, draft nodes kept) per row at this batch size, at most ``most`` nodes (a policy's cap)."""
+        if self.batch_budget is None and (most is None or most >= self.max_draft_tokens):
             return self.topk, self.num_steps, self.max_draft_tokens
-        keep = max(1, min(self.max_draft_tokens, self.batch_budget // batch_size))
+        keep = self.max_draft_tokens if self.batch_budget is None else max(1, min(self.max_draft_tokens, self.batch_budget // batch_size))
+        if most is not None:
+            keep = max(1, min(keep, most))
         return min(self.topk, keep), min(self.num_steps, keep), keep
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
@@ -177,7 +179,7 @@ class EagleProposer(Proposer):
         reqs = state.requests
         slots = [r.slot for r in reqs]
         bsz = len(reqs)
-        k, num_steps, keep = self.tree_shape(bsz)
+        k, num_steps, keep = self.tree_shape(bsz, state.most_draft_nodes(self.max_draft_tokens))
         root_logits, root_hidden = self._catch_up(reqs, slots)
         committed = torch.tensor([self.cache.lengths[s] for s in slots])
         logp = root_logits.log_softmax(-1)

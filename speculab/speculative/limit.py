@@ -27,24 +27,18 @@ if TYPE_CHECKING:
     from speculab.request import Request
 
 
-class SpeculationLimit(Proposer):
-    """Wraps a proposer: speculate while at most ``max_batch_size`` requests run, decode plainly above.
+class WrappedProposer(Proposer):
+    """A proposer that is another one's in every part of the interface: the base of proposers that only decide
+    how much of the inner one's drafts a step uses (``SpeculationLimit``, ``policy.PolicyProposer``)."""
 
-    A proposer like any other: every part of the interface is the inner proposer's, except ``propose`` above the
-    limit."""
-
-    def __init__(self, inner: Proposer, max_batch_size: int):
-        if max_batch_size < 1:
-            raise ValueError("disable_by_batch_size must be at least 1")
-        self.inner, self.max_batch_size = inner, max_batch_size
+    def __init__(self, inner: Proposer):
+        self.inner = inner
         self.name = inner.name
         self.max_draft_tokens = inner.max_draft_tokens
         self.needs_features = inner.needs_features
         self.feature_layers = inner.feature_layers
 
     def propose(self, state: ProposeState) -> list[Draft]:
-        if len(state.requests) > self.max_batch_size:
-            return [Draft.empty() for _ in state.requests]
         return self.inner.propose(state)
 
     @property
@@ -75,3 +69,18 @@ class SpeculationLimit(Proposer):
 
     def release(self, slot: int) -> None:
         self.inner.release(slot)
+
+
+class SpeculationLimit(WrappedProposer):
+    """Wraps a proposer: speculate while at most ``max_batch_size`` requests run, decode plainly above."""
+
+    def __init__(self, inner: Proposer, max_batch_size: int):
+        if max_batch_size < 1:
+            raise ValueError("disable_by_batch_size must be at least 1")
+        super().__init__(inner)
+        self.max_batch_size = max_batch_size
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        if len(state.requests) > self.max_batch_size:
+            return [Draft.empty() for _ in state.requests]
+        return self.inner.propose(state)

@@ -40,7 +40,8 @@ class NgramProposer(Proposer):
 
     def propose(self, state: ProposeState) -> list[Draft]:
         drafts = []
-        for r in state.requests:
+        caps = state.max_draft_nodes or [None] * len(state.requests)
+        for r, cap in zip(state.requests, caps, strict=True):
             sequence = np.asarray(r.prompt_ids + r.output_ids, dtype=np.int64)
-            drafts.append(Draft.chain(lookup(sequence, self.min_n, self.max_n, self.k)))
+            drafts.append(Draft.chain(lookup(sequence, self.min_n, self.max_n, self.k if cap is None else min(self.k, cap))))
         return drafts

@@ -33,6 +33,16 @@ class ProposeState:
     """What a proposer may read: the running requests, row i in slot i."""
 
     requests: list[Request]
+    # row i's most draft nodes this step (None: no cap), set by a policy (speculative/policy.py), which then keeps only
+    # that many of the draft; a proposer may use it to draft less, and must draft parents before their children
+    max_draft_nodes: list[int | None] | None = None
+
+    def most_draft_nodes(self, own: int) -> int:
+        """The most nodes any row may have this step: ``own`` (the proposer's most) unless every row is capped lower."""
+        caps = self.max_draft_nodes
+        if caps is None or any(c is None for c in caps):
+            return own
+        return min(own, max(caps, default=own))
 
 
 class Proposer:

@@ -52,6 +52,13 @@ class Draft:
     def __len__(self) -> int:
         return self.tokens.numel()
 
+    def first(self, n: int) -> Draft:
+        """The first n nodes: a chain's prefix, or a tree's nodes up to n (every parent comes before its children,
+        so they are a tree again)."""
+        if n >= len(self):
+            return self
+        return Draft(self.tokens[:n], self.parents[:n], None if self.probs is None else self.probs[:n])
+
 
 @dataclass(frozen=True)
 class VerifyTree:

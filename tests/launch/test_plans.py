@@ -116,3 +116,9 @@ def test_the_plan_explains_each_flag_and_pastes_as_one_line():
     for flag in plan.flags:
         assert f"# {flag.why}" in text
     assert "(not disable_by_batch_size" in text
+
+
+@pytest.mark.parametrize("engine,version", [("vllm", "0.32.0"), ("sglang", "0.5.23")])
+def test_a_speculab_policy_is_refused_by_the_engines_that_cannot_express_it(engine, version):
+    with pytest.raises(UnsupportedLaunch, match="policy: speculab's per-request draft caps have no"):
+        PLANNERS[engine](LaunchRequest(engine, parse_method("ngram:policy=/p.json"), Path("/t"), None, Version(version)))

@@ -26,6 +26,7 @@ from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.sampling import SamplingParams, sampling_probs
+from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
 from speculab.speculative.registry import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
@@ -91,9 +92,19 @@ METHODS = {  # name -> (proposer name, options given the drafters), chains and t
     "eagle-chain": ("eagle", lambda d: dict(head=d["eagle"], target=d["target"], num_steps=3, topk=1, num_draft_tokens=4)),
     "eagle3-tree": ("eagle3", lambda d: dict(head=d["eagle3"], target=d["target"], num_steps=3, topk=3, num_draft_tokens=8)),
 }
+# A policy that changes drafts mid-request: by the batch size (16 run at once until the stream's tail) and by each
+# request's own acceptance over its last step (a request whose draft was mostly rejected drafts one node next step).
+# (This random EAGLE head is mostly rejected under top-k/top-p: its threshold is lower, so its tree is still tested.)
+METHODS["draft-policy"] = METHODS["draft"]
+METHODS["eagle-tree-policy"] = METHODS["eagle-tree"]
+POLICIES = {
+    "draft-policy": SpeculationPolicy(by_batch_size=((1, 3), (12, 2), (16, 3)), min_acceptance=0.5, window=1, probe_nodes=1),
+    "eagle-tree-policy": SpeculationPolicy(by_batch_size=((1, 8), (12, 5), (16, 8)), min_acceptance=0.1, window=1, probe_nodes=2),
+}
+SAMPLED_UNDER_POLICY = 1000  # the bound follows the noise floor of whatever N: half the draws, half the time
 # Trees are checked under top-k and top-p; chains at temperature 1 (this random head's chain lies mostly outside the
 # target's top-k, so under it nothing would be accepted and only recovered tokens would be tested).
-PARAMS = {"eagle-tree": FILTERED, "eagle3-tree": FILTERED}
+PARAMS = {"eagle-tree": FILTERED, "eagle3-tree": FILTERED, "eagle-tree-policy": FILTERED}
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +150,11 @@ def test_sampled_tokens_follow_the_target_at_every_position(setup, method):
     drafters, exact, greedy_ids = setup
     name, options = METHODS[method]
     params = PARAMS.get(method, PLAIN)
-    runs = mixed_run(drafters["target"], make_proposer(name, **options(drafters)), params, rng_seed=11)
+    proposer = make_proposer(name, **options(drafters))
+    sampled = SAMPLED
+    if method in POLICIES:
+        proposer, sampled = PolicyProposer(proposer, POLICIES[method]), SAMPLED_UNDER_POLICY
+    runs = mixed_run(drafters["target"], proposer, params, rng_seed=11, sampled=sampled)
     assert all(r.output_ids == greedy_ids for r in runs["greedy"])  # greedy requests beside sampled ones: plain greedy output
     for kind in ("seeded", "unseeded"):
         sampled = runs[kind]
