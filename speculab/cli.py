@@ -42,7 +42,7 @@ METHOD_FLAGS = (
 
 def method_spec(args: argparse.Namespace):
     """The spec named by --method (``name[:key=value,...]``, as in ``speculab bench``) with the flags given."""
-    from speculab.methods import METHODS, parse_method, require_own_drafter
+    from speculab.methods import METHODS, parse_method, require_own_drafter, with_policy
 
     name, _, settings = args.method.partition(":")
     if name not in METHODS:
@@ -51,7 +51,9 @@ def method_spec(args: argparse.Namespace):
     for key in given:
         if key not in METHODS[name].defaults:
             raise ValueError(f"--{key.replace('_', '-')} does not apply to --method {name}")
-    spec = parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))]))
+    spec = with_policy(
+        parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))])), args.policy
+    )
     if args.model is not None:
         require_own_drafter(spec, "--{key} PATH")
     return spec
@@ -170,6 +172,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from speculab.methods import add_policy_flag  # the one speculab module the parser needs beyond runtime
+
     parser = argparse.ArgumentParser(prog="speculab", description="Speculative decoding, measured.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -204,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt-lookup-min", type=int, default=None)
     g.add_argument("--prompt-lookup-max", type=int, default=None)
     g.add_argument("--compare-baseline", action="store_true", help="also run plain decoding; report identical, agreement, speedup")
+    add_policy_flag(g)
     add_model_flags(g)
     g.set_defaults(func=cmd_generate)
 

@@ -177,7 +177,7 @@ PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming 
 
 
 def _value(text: str, default: Any, key: str = "") -> Any:
-    if key in OPTIONAL and text.lower() in ("", "none"):
+    if key in OPTIONAL and text.lower() in ("", "none") or key == POLICY and text.lower() == "off":
         return None
     if key == "draft_vocab":
         return "auto" if text == "auto" else int(text)
@@ -213,6 +213,15 @@ def parse_method(text: str) -> MethodSpec:
     if METHODS[name].drafter and params.get(METHODS[name].drafter) is None:
         raise ValueError(f"{name} needs {METHODS[name].drafter}=PATH")
     return MethodSpec(name, params)
+
+
+def with_policy(spec: MethodSpec, policy: str | None) -> MethodSpec:
+    """``spec`` under the policy file of a command's ``--policy`` (None or ``off``: as it is). A method without drafts
+    (baseline) and one that names its own policy keep theirs; the file is read now, so a bad one is refused at once."""
+    if policy is None or policy.lower() == "off" or POLICY not in spec.params or spec.params[POLICY] is not None:
+        return spec
+    SpeculationPolicy.from_file(policy)
+    return MethodSpec(spec.name, {**spec.params, POLICY: policy})
 
 
 def proposer_options(spec: MethodSpec, loaded) -> dict:
@@ -252,3 +261,13 @@ def require_own_drafter(spec: MethodSpec, option: str) -> None:
 def drafter_path(spec: MethodSpec) -> Path | None:
     key = drafter_key(spec)
     return Path(spec.params[key]) if key else None
+
+
+def add_policy_flag(parser) -> None:
+    """``--policy FILE|off``, as generate, bench and serve take it (``with_policy`` applies it)."""
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="a speculation policy file (JSON: draft nodes per request by batch size, and a floor on each request's "
+        "acceptance; README) for every speculative method that names none; off (the default): none",
+    )

@@ -150,3 +150,23 @@ def test_generate_refuses_a_flag_the_method_does_not_take(tmp_path, capsys):
     assert "--num-steps does not apply to --method ngram" in capsys.readouterr().err
     assert main(["generate", "--model", str(tmp_path), "--prompt", "w5", "--method", "eagle"]) == 2
     assert "needs --eagle PATH" in capsys.readouterr().err
+
+
+def test_generate_under_a_policy_file_and_off(tmp_path, capsys):
+    """--policy FILE caps the method's drafts (here: one node a request) and stays identical to the baseline;
+    --policy off is no policy; a bad file is refused naming it."""
+    save_tiny_checkpoint(tmp_path / "target")
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"by_batch_size": {"1": 1}}))
+    base = ["generate", "--model", str(tmp_path / "target"), "--prompt", "w5 w9 w11 w5 w9 w11 w5", "--max-tokens", "12"]
+    base += ["--ignore-eos", "--json", "--dtype", "float32", "--method", "ngram:prompt_lookup_min=1", "--compare-baseline"]
+    assert main([*base, "--policy", str(policy)]) == 0
+    capped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert capped["identical"] is True and f"policy={policy}" in capped["label"]
+    assert 0 < capped["spec_stats"]["draft_tokens"] <= capped["spec_stats"]["steps"]  # at most one node a step
+    assert main([*base, "--policy", "off"]) == 0
+    free = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "policy" not in free["label"] and free["spec_stats"]["draft_tokens"] > capped["spec_stats"]["draft_tokens"]
+    policy.write_text('{"by_batch_size": {"1": -2}}')
+    assert main([*base, "--policy", str(policy)]) == 2
+    assert str(policy) in capsys.readouterr().err

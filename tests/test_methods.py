@@ -31,3 +31,17 @@ def test_a_draft_model_keeps_its_cache_in_the_targets_kv_dtype(tmp_path):
     target = load(save_tiny_checkpoint(tmp_path / "target", seed=1), "float32", "cpu", kv_dtype="bfloat16")
     draft = load_draft_model(save_tiny_checkpoint(tmp_path / "draft", seed=2, num_hidden_layers=1), target)
     assert draft.new_cache(1, 8).kv.dtype == torch.bfloat16
+
+
+def test_a_commands_policy_reaches_every_speculative_method_that_names_none(tmp_path):
+    from speculab.methods import with_policy
+
+    mine, theirs = tmp_path / "mine.json", tmp_path / "theirs.json"
+    for path in (mine, theirs):
+        path.write_text('{"by_batch_size": {"1": 2}}')
+    assert with_policy(parse_method("eagle"), str(mine)).params["policy"] == str(mine)
+    assert with_policy(parse_method(f"ngram:policy={theirs}"), str(mine)).params["policy"] == str(theirs)
+    assert with_policy(parse_method("baseline"), str(mine)) == parse_method("baseline")
+    assert with_policy(parse_method("draft"), "off") == parse_method("draft") == parse_method("draft:policy=off")
+    with pytest.raises(ValueError, match="missing.json"):
+        with_policy(parse_method("draft"), str(tmp_path / "missing.json"))

@@ -11,6 +11,7 @@ DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram")
 
 
 def add_bench_parsers(sub) -> None:
+    from speculab.methods import add_policy_flag
     from speculab.runtime import add_model_flags
 
     b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
@@ -39,6 +40,7 @@ def add_bench_parsers(sub) -> None:
         f"(default: {' '.join(DEFAULT_METHODS)}; none when --endpoint is given)",
     )
     _add_server_flags(b)
+    add_policy_flag(b)
     b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
     b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
@@ -105,7 +107,7 @@ def _add_server_flags(b) -> None:
 
 def config_from_args(args: argparse.Namespace):
     from speculab.bench.plan import PROFILES, BenchConfig
-    from speculab.methods import parse_method
+    from speculab.methods import parse_method, with_policy
 
     profile = PROFILES[args.profile]
     if any(b < 1 for b in args.batch_sizes):
@@ -120,7 +122,7 @@ def config_from_args(args: argparse.Namespace):
     }
     custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
     names = args.methods if args.methods is not None else [] if (args.endpoint or args.baseline_endpoint) else DEFAULT_METHODS
-    methods = tuple(parse_method(m) for m in names)
+    methods = tuple(with_policy(parse_method(m), args.policy) for m in names)
     endpoints = _endpoints(args)
     if not methods and not endpoints:
         raise ValueError("nothing to measure: give --methods or --endpoint")

@@ -17,10 +17,12 @@ import threading
 
 
 def add_serve_parser(sub) -> None:
+    from speculab.methods import add_policy_flag
     from speculab.runtime import add_model_flags
 
     s = sub.add_parser("serve", help="serve the engine over OpenAI-compatible HTTP (vLLM's metric names)")
     add_model_flags(s)
+    add_policy_flag(s)
     s.add_argument(
         "--method", default="baseline", help="name[:key=value,...] as in `speculab bench`, e.g. eagle or ngram:num_speculative_tokens=3"
     )
@@ -57,7 +59,7 @@ def build_server(args: argparse.Namespace):
     import speculab
     from speculab import runtime
     from speculab.engine import Engine
-    from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter
+    from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter, with_policy
     from speculab.redact import redact_argv
     from speculab.serve.app import build_app
     from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES
@@ -70,7 +72,7 @@ def build_server(args: argparse.Namespace):
         raise ValueError(
             "--max-batch and --max-body-bytes must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2"
         )
-    spec = parse_method(args.method)
+    spec = with_policy(parse_method(args.method), args.policy)
     if args.model is not None:
         require_own_drafter(spec, "{key}=PATH")
     loaded = runtime.load(args.model, args.dtype, args.device, args.kv_dtype)
