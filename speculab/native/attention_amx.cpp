@@ -59,31 +59,6 @@ class NextChunk {
   int64_t end_ = 0, per_step_ = 0, at_ = 0;
 };
 
-// 16 rows of 16 dwords, transposed in registers (unpack by 32 and 64 bits, then exchange 128-bit lanes).
-void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
-    r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
-    r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
-  }
-}
-
 // The chunk's keys as right-hand tiles of the scores: tile (g, b) = keys 16g..16g+15 against head dims 32b..32b+31,
 // row p holding dword 16b + p (dims 32b + 2p, +1) of each of the 16 keys. Keys from n on are zero.
 // While it runs, the chunk's values are fetched into L2 and the keys two groups ahead into L1.
@@ -101,7 +76,7 @@ void key_tiles(const uint16_t* k, const uint16_t* v, int64_t kv_stride, int64_t 
         const int64_t j = g * 16 + i;
         r[i] = j < n ? _mm512_loadu_ps(k + j * kv_stride + b * kKeyBlock) : _mm512_setzero_ps();
       }
-      transpose16(r);
+      vec::transpose16(r);
       uint16_t* tile = kt + (g * blocks + b) * 512;
       for (int p = 0; p < 16; ++p) _mm512_storeu_ps(tile + p * 32, r[p]);
     }

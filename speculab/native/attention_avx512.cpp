@@ -57,31 +57,6 @@ class NextChunk {
   int64_t end_ = 0, per_step_ = 0, at_ = 0, mask_ = 0;
 };
 
-// 16 rows of 16 floats, transposed in registers (unpack by 32 and 64 bits, then exchange 128-bit lanes).
-void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // rows 4i..4i+3: u[4i + c] holds columns c, c+4, c+8, c+12 of them
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
-    r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
-    r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
-    r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
-  }
-}
-
 // kt[(j / 16 * d + e) * 16 + j % 16] = key j's value e, for the chunk's n keys (zero past n, up to a multiple of
 // 16): each group of 16 keys is one contiguous d x 16 block. (A [d, keys] layout was 13-20% slower over the
 // attention: its rows lie a kilobyte apart, so the score loop strides and the stores alias the keys' loads.)
@@ -99,7 +74,7 @@ void transpose_keys(const float* k, const float* v, int64_t kv_stride, int64_t n
     for (int64_t e0 = 0; e0 < d; e0 += kLanes) {
       __m512 r[16];
       for (int i = 0; i < 16; ++i) r[i] = j0 + i < n ? _mm512_loadu_ps(k + (j0 + i) * kv_stride + e0) : _mm512_setzero_ps();
-      transpose16(r);
+      vec::transpose16(r);
       for (int i = 0; i < 16; ++i) _mm512_storeu_ps(block + (e0 + i) * kLanes, r[i]);
     }
   }

@@ -1,4 +1,4 @@
-// Vector math for the AVX2 + FMA (and AVX512) kernels, shared by attention.cpp and ops.cpp.
+// Vector math for the AVX2 + FMA (and AVX512) kernels, shared by the attention kernels and ops.cpp.
 #pragma once
 #include <immintrin.h>
 
@@ -43,6 +43,31 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~is_neg_inf), _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+// 16 rows of 16 floats (or dwords), transposed in registers (unpack by 32 and 64 bits, then exchange 128-bit lanes).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // rows 4i..4i+3: u[4i + c] holds columns c, c+4, c+8, c+12 of them
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD), w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+    r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+    r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+    r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+  }
 }
 #endif
 
