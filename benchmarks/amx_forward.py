@@ -14,6 +14,7 @@ import statistics
 import sys
 
 from batch_verify_cost import CONTEXT, measure_runs  # this script's folder is on sys.path
+from paired_rounds import paired_cells, relative_at_batch_1
 
 from speculab import native
 from speculab.cpu import reported_cpu_flags
@@ -47,15 +48,8 @@ def main() -> None:
                 for q, times in measure_runs(models[name], b, qs, args.repeats).items():
                     runs[(name, b, q)].append(statistics.median(times))
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
-    cells = []
-    for b, qs in CELLS.items():
-        for q in qs:
-            ratios = [a / f for a, f in zip(runs[("amx", b, q)], runs[("fma", b, q)], strict=True)]
-            cell = {"batch_size": b, "q": q} | {f"{n}_ms": round(statistics.median(runs[(n, b, q)]), 2) for n in models}
-            cell |= {"amx_over_fma": round(statistics.median(ratios), 3), "spread": [round(min(ratios), 3), round(max(ratios), 3)]}
-            cells.append(cell)
-            print(cell, file=sys.stderr)
-    relative = {n: {q: round(statistics.median(runs[(n, 1, q)]) / statistics.median(runs[(n, 1, 1)]), 3) for q in CELLS[1]} for n in models}
+    cells = paired_cells(runs, CELLS, "amx", "fma")
+    relative = relative_at_batch_1(runs, CELLS[1], models)
     print(f"T(q)/T(1) at batch 1: {relative}", file=sys.stderr)
     kinds = {n: linear_kind(m) for n, m in models.items()}
     print(

@@ -10,11 +10,11 @@ Usage: python benchmarks/attention_bf16.py [--rounds 7]. The last stdout line is
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
 import torch
+from paired_rounds import paired_cells  # this script's folder is on sys.path
 
 from speculab import native
 from speculab.cpu import reported_cpu_flags
@@ -48,14 +48,7 @@ def main() -> None:
             for r in range(args.rounds):
                 for name in ("bf16", "fp32") if r % 2 == 0 else ("fp32", "bf16"):
                     times.setdefault((name, b, q), []).append(layers_ms(kernels, caches[name], query, mask))
-    cells = []
-    for b, qs in CELLS.items():
-        for q in qs:
-            ratios = [x / y for x, y in zip(times[("bf16", b, q)], times[("fp32", b, q)], strict=True)]
-            cell = {"batch_size": b, "q": q} | {f"{n}_ms": round(statistics.median(times[(n, b, q)]), 2) for n in ("fp32", "bf16")}
-            cell |= {"bf16_over_fp32": round(statistics.median(ratios), 3), "spread": [round(min(ratios), 3), round(max(ratios), 3)]}
-            cells.append(cell)
-            print(cell, file=sys.stderr)
+    cells = paired_cells(times, CELLS, "bf16", "fp32")
     record = {"cpu_flags": reported_cpu_flags(), "amx_attention": bool(kernels.attention_amx_available(HEAD_DIM)), "layers": LAYERS}
     print(json.dumps(record | {"context": CONTEXT, "cells": cells}))
 

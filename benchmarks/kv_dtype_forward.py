@@ -16,6 +16,7 @@ import sys
 
 import torch
 from batch_verify_cost import CONTEXT, measure_runs  # this script's folder is on sys.path
+from paired_rounds import paired_cells, relative_at_batch_1
 
 from speculab import native
 from speculab.cpu import reported_cpu_flags
@@ -40,15 +41,8 @@ def main() -> None:
                 for q, times in measure_runs(model, b, qs, args.repeats).items():
                     runs[(name, b, q)].append(statistics.median(times))
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
-    cells = []
-    for b, qs in CELLS.items():
-        for q in qs:
-            ratios = [x / y for x, y in zip(runs[("bf16", b, q)], runs[("fp32", b, q)], strict=True)]
-            cell = {"batch_size": b, "q": q} | {f"{n}_ms": round(statistics.median(runs[(n, b, q)]), 2) for n in DTYPES}
-            cell |= {"bf16_over_fp32": round(statistics.median(ratios), 3), "spread": [round(min(ratios), 3), round(max(ratios), 3)]}
-            cells.append(cell)
-            print(cell, file=sys.stderr)
-    relative = {n: {q: round(statistics.median(runs[(n, 1, q)]) / statistics.median(runs[(n, 1, 1)]), 3) for q in CELLS[1]} for n in DTYPES}
+    cells = paired_cells(runs, CELLS, "bf16", "fp32")
+    relative = relative_at_batch_1(runs, CELLS[1], DTYPES)
     print(f"T(q)/T(1) at batch 1: {relative}", file=sys.stderr)
     kernels = native.kernels()
     record = {"cpu_flags": reported_cpu_flags(), "context": CONTEXT, "linear_kernels": linear_kind(model)}
