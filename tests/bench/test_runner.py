@@ -166,6 +166,7 @@ def test_method_specs_parse_with_defaults_and_labels():
         "prompt_lookup_min": 2,
         "prompt_lookup_max": 5,
         "disable_by_batch_size": None,
+        "policy": None,
     }
     with pytest.raises(ValueError, match="takes"):
         parse_method("baseline:k=1")
