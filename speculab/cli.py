@@ -10,6 +10,7 @@ stdout line is one JSON object.
 ``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
 ``speculab plan``: memory and KV capacity per rank of a serving setup, from config.json files (``speculab.planning``).
+``speculab tune``: a method's costs measured here and its draft cap per batch size, for ``--policy auto`` (``speculab.tune``).
 
 Each command's modules are imported inside the function that runs it (here and in each package's ``cli.py``,
 the only such imports in speculab): one command does not pay at start-up for the others' stacks (the server's
@@ -235,12 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
     from speculab.planning import add_plan_parser
     from speculab.serve.cli import add_serve_parser
     from speculab.train.cli import add_train_parser
+    from speculab.tune.cli import add_tune_parser
 
     add_bench_parsers(sub)
     add_serve_parser(sub)
     add_launch_parsers(sub)
     add_train_parser(sub)
     add_plan_parser(sub)
+    add_tune_parser(sub)
 
     f = sub.add_parser("fetch", help="fetch and convert the embedded default model into the cache")
     f.set_defaults(func=cmd_fetch)

@@ -31,6 +31,7 @@ from speculab.runtime import DTYPES
 from speculab.speculative.limit import SpeculationLimit
 from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
 from speculab.speculative.registry import make_proposer
+from speculab.tuned_policies import tuned_policy
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
@@ -53,6 +54,13 @@ class MethodSpec:
         if key and self.params.get(key) not in (None, METHODS[self.name].defaults.get(key)):
             label += f"@{Path(self.params[key]).name}"
         return label
+
+    @property
+    def text(self) -> str:
+        """The spec as ``--method`` takes it (``name:key=value,...``: what differs from the defaults), its policy left out."""
+        defaults = METHODS[self.name].defaults if self.name in METHODS else {}
+        shown = [f"{k}={'none' if v is None else v}" for k, v in self.params.items() if k != POLICY and v != defaults.get(k)]
+        return f"{self.name}:{','.join(shown)}" if shown else self.name
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,7 @@ def _existing(path: str | Path, key: str) -> Path:
 AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (speculative/limit.py)
 POLICY = "policy"  # every speculative method's: a policy file capping each request's draft (speculative/policy.py)
+AUTO = "auto"  # the policy value naming ``speculab tune``'s policy for this machine, target and method (tune/tuned_policies.py)
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),
@@ -216,25 +225,42 @@ def parse_method(text: str) -> MethodSpec:
 
 
 def with_policy(spec: MethodSpec, policy: str | None) -> MethodSpec:
-    """``spec`` under the policy file of a command's ``--policy`` (None or ``off``: as it is). A method without drafts
-    (baseline) and one that names its own policy keep theirs; the file is read now, so a bad one is refused at once."""
+    """``spec`` under a command's ``--policy`` (a file, ``auto``, or None/``off``: as it is). A method without drafts
+    (baseline) and one that names its own policy keep theirs; a file is read now, so a bad one is refused at once
+    (``auto`` is looked up when the target is loaded: ``proposer_options``)."""
     if policy is None or policy.lower() == "off" or POLICY not in spec.params or spec.params[POLICY] is not None:
         return spec
-    SpeculationPolicy.from_file(policy)
+    if policy != AUTO:
+        SpeculationPolicy.from_file(policy)
     return MethodSpec(spec.name, {**spec.params, POLICY: policy})
 
 
+def speculation_policy(spec: MethodSpec, loaded) -> SpeculationPolicy | None:
+    """The spec's policy: its file's, ``speculab tune``'s for this machine and target (``auto``), or None."""
+    policy = spec.params.get(POLICY)
+    if policy is None:
+        return None
+    if policy == AUTO:
+        return tuned_policy(loaded, spec.text)
+    return SpeculationPolicy.from_file(policy)
+
+
 def proposer_options(spec: MethodSpec, loaded) -> dict:
-    """The proposer's constructor options (drafters loaded): build once, then ``new_proposer`` per run."""
-    return METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in (LIMIT, POLICY)}, loaded)
+    """The proposer's constructor options (drafters loaded) and, under ``POLICY``, its policy: build once, then
+    ``new_proposer`` per run."""
+    options = METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in (LIMIT, POLICY)}, loaded)
+    policy = speculation_policy(spec, loaded)
+    return options if policy is None else options | {POLICY: policy}
 
 
 def new_proposer(spec: MethodSpec, options: dict):
-    """A fresh proposer for one run, limited to small batches and capped by a policy file when the spec says so."""
+    """A fresh proposer for one run, limited to small batches and capped by its policy when ``options`` hold one."""
 
+    options = dict(options)
+    policy = options.pop(POLICY, None)
     proposer = make_proposer(spec.name, **options)
-    if (policy := spec.params.get(POLICY)) is not None:
-        proposer = PolicyProposer(proposer, SpeculationPolicy.from_file(policy))
+    if policy is not None:
+        proposer = PolicyProposer(proposer, policy)
     limit = spec.params.get(LIMIT)
     return proposer if limit is None else SpeculationLimit(proposer, limit)
 
@@ -269,5 +295,6 @@ def add_policy_flag(parser) -> None:
         "--policy",
         default=None,
         help="a speculation policy file (JSON: draft nodes per request by batch size, and a floor on each request's "
-        "acceptance; README) for every speculative method that names none; off (the default): none",
+        "acceptance; README), or auto (what `speculab tune` chose for this machine, target and method), for every "
+        "speculative method that names none; off (the default): none",
     )

@@ -26,7 +26,7 @@ from speculab.bench.margins import LogitMargin, MarginsByRequest
 from speculab.bench.plan import BenchConfig
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
-from speculab.methods import MethodSpec, new_proposer
+from speculab.methods import POLICY, MethodSpec, new_proposer
 from speculab.request import Request
 from speculab.runtime import LoadedModel, load
 from speculab.sampling import SamplingParams
@@ -154,6 +154,7 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),
         "prompt_cache": target.cache is not None,
+        "policy": options[POLICY].to_dict() if POLICY in options else None,  # the table a policy file or auto gave
         "stopped": sum(r.finish_reason == "stop" for r in requests),
         **({"outputs": outputs, "logit_margins": margins} if spec.name == "baseline" else {}),
     }

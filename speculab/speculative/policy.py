@@ -51,6 +51,16 @@ class SpeculationPolicy:
                 cap = nodes
         return cap
 
+    def ranges(self) -> list[list[int]]:
+        """The batch table as inclusive ranges from batch size 1, ``[[first, last, draft nodes], ...]``, the last
+        range's nodes holding beyond it (vLLM's ``num_speculative_tokens_per_batch_size``); below the table's first
+        entry there is no cap, written as the table's most."""
+        table = list(self.by_batch_size)
+        if not table or table[0][0] != 1:
+            table.insert(0, (1, max((n for _, n in table), default=0)))
+        ends = [b - 1 for b, _ in table[1:]] + [table[-1][0]]
+        return [[b, end, n] for (b, n), end in zip(table, ends)]
+
     def to_dict(self) -> dict:
         return {
             "by_batch_size": {str(b): n for b, n in self.by_batch_size},

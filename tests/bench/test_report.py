@@ -262,3 +262,21 @@ def test_divergences_show_both_runs_margins_against_the_bound(tmp_path):
     warning = next(line for line in md.splitlines() if line.startswith("**Correctness warning:**"))
     assert "draft(4) at batch 2" in warning and "batch 1" not in warning
     assert "`--dtype float32`" in md
+
+
+def test_a_policy_capped_method_shows_its_cap_and_speedup_at_each_batch_size(tmp_path, monkeypatch):
+    """A method run under a policy (a file's or auto's) gets a row: its cap per batch size, plain where 0."""
+    records = [run_record()] + [cell(label, b, t) for label, values in TOK_S.items() for b, t in zip(BATCHES, values)]
+    policy = {"by_batch_size": {"1": 3, str(BATCHES[-1]): 0}, "min_acceptance": 0.0, "window": 8, "probe_nodes": 1}
+    monkeypatch.setitem(METHOD, "draft(policy=auto)", "draft")
+    records += [cell("draft(policy=auto)", b, t, policy=policy) for b, t in zip(BATCHES, TOK_S["draft(4)"])]
+    md = Path(build_report(write_results(tmp_path / "results.jsonl", records), tmp_path / "r")["report_md"]).read_text()
+    section = md.split("## Speculation policies")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| draft(policy=auto)"))
+    assert row.count("| 3 (") == len(BATCHES) - 1 and f"plain ({148.6 / 154.2:.2f}x)" in row
+    assert (
+        "## Speculation policies"
+        not in Path(
+            build_report(write_results(tmp_path / "plain.jsonl", records[: -len(BATCHES)]), tmp_path / "p")["report_md"]
+        ).read_text()
+    )

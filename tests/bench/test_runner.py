@@ -196,3 +196,21 @@ def test_a_bf16_kv_cache_is_recorded_and_stays_lossless(setup, tmp_path):
     assert run["config"]["kv_dtype"] == "bfloat16" and run["config"]["dtype"] == "float32"
     assert {m["kv_dtype_bytes"] for m in run["memory"].values()} == {2}
     assert all(c["greedy_identical"] for c in cells(out))
+
+
+def test_policy_auto_runs_what_tune_chose_and_the_cells_record_it(setup, tmp_path, monkeypatch):
+    """`speculab tune` on the target, then `bench` with policy=auto: the ngram cells carry the tuned table and stay
+    greedy-identical to the baseline."""
+    monkeypatch.setattr("speculab.tuned_policies.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
+    root, target, draft, workload = setup
+    ngram = "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3"
+    tune = ["tune", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--method", ngram]
+    assert main([*tune, "--batch-sizes", "1", "2", "--num-prompts", "6", "--max-tokens", "12", "--check-steps", "0", "--quiet"]) == 0
+    out = tmp_path / "run"
+    args = bench_args(setup, out)
+    args[args.index("--methods") + 1 : args.index("--batch-sizes")] = ["baseline", f"{ngram},policy=auto"]
+    assert main(args) == 0
+    tuned = json.loads(next((tmp_path / "cache" / "tune").rglob("*.policy.json")).read_text())
+    spec_cells = [c for c in cells(out) if c["method"] == "ngram"]
+    assert len(spec_cells) == 2 and all(c["policy"] == tuned and "policy=auto" in c["label"] for c in spec_cells)
+    assert all(c["greedy_identical"] for c in spec_cells)

@@ -118,7 +118,25 @@ def test_the_plan_explains_each_flag_and_pastes_as_one_line():
     assert "(not disable_by_batch_size" in text
 
 
-@pytest.mark.parametrize("engine,version", [("vllm", "0.32.0"), ("sglang", "0.5.23")])
-def test_a_speculab_policy_is_refused_by_the_engines_that_cannot_express_it(engine, version):
+def test_a_speculab_policy_is_refused_by_the_engines_that_cannot_express_it():
     with pytest.raises(UnsupportedLaunch, match="policy: speculab's per-request draft caps have no"):
-        PLANNERS[engine](LaunchRequest(engine, parse_method("ngram:policy=/p.json"), Path("/t"), None, Version(version)))
+        PLANNERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=/p.json"), Path("/t"), None, Version("0.5.23")))
+
+
+def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
+    spec = parse_method(f"ngram:num_speculative_tokens=3,policy={policy}")
+    plan = vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
+    (flag,) = [f for f in plan.flags if f.name == "--speculative-config"]
+    config = json.loads(flag.value)
+    assert config["num_speculative_tokens"] == 3 and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 7, 1], [8, 8, 0]]
+    assert "per batch size" in flag.why
+    for version in ("0.23.0", "0.8.2"):
+        with pytest.raises(UnsupportedLaunch, match="num_speculative_tokens_per_batch_size arrived in 0.24.0"):
+            vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version(version)))
+    policy.write_text(json.dumps({"by_batch_size": {"1": 3}, "min_acceptance": 0.3}))
+    with pytest.raises(UnsupportedLaunch, match="min_acceptance, a per-request floor"):
+        vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
+    with pytest.raises(UnsupportedLaunch, match="pass the policy file"):
+        vllm.vllm_plan(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))

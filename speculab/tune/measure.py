@@ -1,0 +1,77 @@
+"""``speculab tune``'s runs, in order: warm the prompt cache, sweep the caps at each batch size, check the policy.
+
+Knows: the loaded target, the method's proposer options, the prompts and how many requests each batch size needs
+for enough clean steps per cap. Does not know: the cost arithmetic (``cost_model.py``) or the command line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from speculab.engine import Engine, PromptCache
+from speculab.methods import MethodSpec, new_proposer
+from speculab.sampling import SamplingParams
+from speculab.speculative.policy import SpeculationPolicy
+from speculab.tune.cost_model import mean
+from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_caps, run_steps
+
+TIMED_BLOCKS = 3  # per cap and batch size, at least: each block's first step is not timed
+
+
+@dataclass
+class Tuning:
+    """What every run shares: the target, the method and its options, the prompts (token ids and domains)."""
+
+    loaded: object
+    spec: MethodSpec
+    options: dict
+    prompts: list[list[int]]
+    domains: list[str]
+    max_tokens: int
+    progress: bool = True
+
+    def proposer(self, policy: SpeculationPolicy | None = None) -> TimedProposer:
+        return TimedProposer(new_proposer(self.spec, self.options), policy)
+
+    def run(self, batch_size: int, steps_wanted: int) -> Run:
+        """The prompts in turn, as many requests as give about ``steps_wanted`` decode steps at ``batch_size``
+        (a request takes about max_tokens / 2 steps), and at least every prompt once."""
+        n = max(len(self.prompts), math.ceil(steps_wanted * batch_size * 2 / self.max_tokens))
+        n = math.ceil(n / batch_size) * batch_size
+        picked = [i % len(self.prompts) for i in range(n)]
+        return Run([self.prompts[i] for i in picked], [self.domains[i] for i in picked], batch_size, self.max_tokens)
+
+
+def warm_prompt_cache(t: Tuning) -> PromptCache:
+    """Every prompt's prefill, the target's and the drafter's, once (a sweep then times decoding, not prefill)."""
+    lm, cache = t.loaded, PromptCache()
+    engine = Engine(lm.model, 1, max(map(len, t.prompts)) + t.max_tokens + 64, lm.tokenizer.stop_ids, t.proposer(), cache)
+    for ids in tqdm(t.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not t.progress):
+        engine.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True))
+    return cache
+
+
+def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], caps: list[int]) -> list[Step]:
+    """Clean steps at every batch size, each cap in turn for ``BLOCK`` steps."""
+    steps: list[Step] = []
+    for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}: caps {caps}", unit="batch size", disable=not t.progress):
+        run = t.run(b, len(caps) * BLOCK * (TIMED_BLOCKS + 1))
+        steps += run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(), run, cache, cycling_caps(caps))
+    return steps
+
+
+def check(t: Tuning, cache: PromptCache, batch_sizes: list[int], policy: SpeculationPolicy, steps_wanted: int) -> dict[int, dict]:
+    """Each batch size run under ``policy`` as it will run: measured tok/s (clean steps' tokens over their time)."""
+    measured = {}
+    for b in tqdm(batch_sizes, desc="check the policy", unit="batch size", disable=not t.progress):
+        steps = run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(policy), t.run(b, steps_wanted), cache, lambda i: None)
+        seconds = sum(s.seconds for s in steps)
+        measured[b] = {
+            "steps": len(steps),
+            "tok_s": sum(sum(s.emitted) for s in steps) / seconds if seconds else 0.0,
+            "tau": mean(n for s in steps for n in s.emitted),
+        }
+    return measured

@@ -1,0 +1,66 @@
+"""One tuning, end to end: load, sweep, model, check, store. Knows the order; each step is another module's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from speculab.bench.workload import interleave_domains, load_workload
+from speculab.methods import POLICY, parse_method, proposer_options
+from speculab.models.linear import linear_kind
+from speculab.runtime import load
+from speculab.testbed import testbed
+from speculab.tune.cost_model import CostModel
+from speculab.tune.engines import engine_settings
+from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
+from speculab.tuned_policies import machine_id, tuned_paths
+
+
+def tuning(args: argparse.Namespace) -> Tuning:
+    spec = parse_method(args.method)
+    if POLICY not in spec.params:
+        raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
+    if spec.params[POLICY] is not None:
+        raise ValueError("--method: tune chooses the policy; name the method without one")
+    loaded = load(args.model, args.dtype, args.device, args.kv_dtype)
+    items = interleave_domains(load_workload(args.workload), args.num_prompts)
+    prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
+    return Tuning(loaded, spec, proposer_options(spec, loaded), prompts, [i.domain for i in items], args.max_tokens, not args.quiet)
+
+
+def tune(args: argparse.Namespace) -> dict:
+    t = tuning(args)
+    caps = list(range(t.proposer().max_draft_tokens + 1))
+    cache = warm_prompt_cache(t)
+    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, caps))
+    policy = model.policy()
+    checked = check(t, cache, args.batch_sizes, policy, args.check_steps) if args.check_steps else {}
+    for b, c in checked.items():
+        c["predicted_tok_s"] = model.best(b).predicted_tok_s
+        c["error"] = c["tok_s"] / c["predicted_tok_s"] - 1 if c["predicted_tok_s"] else None
+    lm = t.loaded
+    record = {
+        "method": t.spec.label,
+        "spec": t.spec.text,
+        "model": lm.path.name,
+        "dtype": lm.dtype,
+        "kv_dtype": lm.kv_dtype,
+        "linear_kernels": linear_kind(lm.model),
+        "machine_id": machine_id(),
+        "testbed": testbed(),
+        "caps": caps,
+        "batch_sizes": args.batch_sizes,
+        "num_prompts": len(t.prompts),
+        "max_tokens": t.max_tokens,
+        "cost_model": model.to_dict(),
+        "policy": policy.to_dict(),
+        "check": {str(b): c for b, c in checked.items()},
+        "engines": engine_settings(t.spec, policy),
+    }
+    policy_path, costs_path = tuned_paths(lm, t.spec.text)
+    policy_path.parent.mkdir(parents=True, exist_ok=True)
+    policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
+    costs_path.write_text(json.dumps(record, indent=1) + "\n")
+    if args.out is not None:
+        args.out.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
+    return record | {"policy_file": str(policy_path), "costs_file": str(costs_path)}
