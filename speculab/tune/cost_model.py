@@ -6,14 +6,17 @@ each request ``tau`` tokens (accepted + the bonus or recovered token). Acceptanc
 drafted, not on the batch size (greedy output is the same at every batch size), so ``tau`` pools the steps of every
 cell that drafted as much: a cell's *nodes*, the most draft nodes a request had in it (an EAGLE tree under a batch
 budget drafts fewer nodes than its cap at larger batch sizes; a chain drafts its cap).
-Predicted tok/s = B * tau(c) / step_ms(B, c) (means, as a run's tokens over its time); the policy caps each batch
-size at its best c, 0 where plain decoding wins.
+Predicted tok/s = B * tau(c) / step_ms(B, c) (means, as a run's tokens over its time), with its standard error from
+the spread of the steps' times and tokens. The policy caps each batch size at the smallest c whose prediction is
+within one standard error (of the difference) of the best one: what the measurement cannot tell apart goes to the
+cheaper draft, 0 (plain decoding) included.
 
 Knows: ``sweep.Step`` records and ``SpeculationPolicy``. Does not know: how the steps were run.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -37,6 +40,12 @@ class Cell:
     propose_ms: float
     tau: float
     predicted_tok_s: float
+    predicted_se: float  # its standard error, from the steps' times and the pooled tokens a step
+
+
+def standard_error(values: list[float]) -> float:
+    n = len(values)
+    return statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
 
 
 def mean(values) -> float:
@@ -65,6 +74,7 @@ def tokens_per_step(steps: list[Step], nodes: dict[tuple[int, int], int]) -> dic
         "tau": {c: mean(v) for c, v in sorted(emitted.items())},
         "tau_by_domain": {c: {d: mean(v) for d, v in sorted(ds.items())} for c, ds in sorted(by_domain.items())},
         "accepted_at_depth": {c: [mean(n > d for n in v) for d in range(1, c + 1)] for c, v in sorted(emitted.items())},
+        "tau_se": {c: standard_error(v) for c, v in sorted(emitted.items())},
         "request_steps": {c: len(v) for c, v in sorted(emitted.items())},
     }
 
@@ -85,18 +95,22 @@ class CostModel:
         for (b, c), group in sorted(grouped.items()):
             ms = [s.seconds * 1e3 for s in group]
             n = nodes[(b, c)]
-            tau, propose_ms = acceptance["tau"][n], mean(s.propose_seconds * 1e3 for s in group)
-            cells.append(
-                Cell(b, c, n, len(group), mean(ms), statistics.median(ms), min(ms), max(ms), propose_ms, tau, b * tau / mean(ms) * 1e3)
-            )
+            tau, tau_se, propose_ms = acceptance["tau"][n], acceptance["tau_se"][n], mean(s.propose_seconds * 1e3 for s in group)
+            predicted = b * tau / mean(ms) * 1e3
+            se = predicted * math.hypot(standard_error(ms) / mean(ms), tau_se / tau)
+            cells.append(Cell(b, c, n, len(group), mean(ms), statistics.median(ms), min(ms), max(ms), propose_ms, tau, predicted, se))
         return cls(tuple(cells), acceptance)
 
     def batch_sizes(self) -> list[int]:
         return sorted({c.batch_size for c in self.cells})
 
     def best(self, batch_size: int) -> Cell:
-        """The cap with the most predicted tok/s at this batch size (the smaller cap on a tie)."""
-        return max((c for c in self.cells if c.batch_size == batch_size), key=lambda c: (c.predicted_tok_s, -c.cap))
+        """The smallest cap whose predicted tok/s the measurement cannot tell from the most at this batch size
+        (less than one standard error of the difference below it)."""
+        cells = [c for c in self.cells if c.batch_size == batch_size]
+        top = max(cells, key=lambda c: c.predicted_tok_s)
+        close = [c for c in cells if top.predicted_tok_s - c.predicted_tok_s <= math.hypot(top.predicted_se, c.predicted_se)]
+        return min(close, key=lambda c: c.cap)
 
     def cell(self, batch_size: int, cap: int) -> Cell:
         return next(c for c in self.cells if (c.batch_size, c.cap) == (batch_size, cap))

@@ -20,12 +20,13 @@ def print_report(record: dict, out=sys.stdout) -> None:
     for b in record["batch_sizes"]:
         row = {c["cap"]: c for c in cells if c["batch_size"] == b}
         shown = [f"{row[c]['predicted_tok_s']:7.1f} ({row[c]['step_ms']:4.0f}ms)" if c in row else f"{'-':>14s}" for c in caps]
-        chosen = max(row.values(), key=lambda c: (c["predicted_tok_s"], -c["cap"]))["cap"] if row else "-"
+        chosen = record["chosen"].get(str(b), "-")
         check = record["check"].get(str(b))
         checked = (
             f"{check['tok_s']:9.1f}  {100 * check['error']:+5.1f}%" if check and check["error"] is not None else f"{'-':>9s}  {'-':>6s}"
         )
         print(f"{b:5d}  " + "  ".join(shown) + f"  {chosen:>6}  {checked}", file=out)
+    print("chosen: the smallest cap within one standard error of the best prediction (in the costs file)", file=out)
     print(f"policy: {record['policy']['by_batch_size']} (smallest batch size: most draft nodes a request; 0 = plain)", file=out)
     for engine, said in record["engines"].items():
         print(f"{engine}: {said['settings']}" + (f"  (cannot express: {said['cannot']})" if said.get("cannot") else ""), file=out)

@@ -53,6 +53,7 @@ def tune(args: argparse.Namespace) -> dict:
         "num_prompts": len(t.prompts),
         "max_tokens": t.max_tokens,
         "cost_model": model.to_dict(),
+        "chosen": {str(b): model.best(b).cap for b in args.batch_sizes},
         "policy": policy.to_dict(),
         "check": {str(b): c for b, c in checked.items()},
         "engines": engine_settings(t.spec, policy),

@@ -55,6 +55,17 @@ def test_tau_pools_cells_by_the_nodes_they_drafted_not_by_their_cap():
     assert m.cell(1, 2).tau == 3.0
 
 
+def test_a_gain_within_the_noise_goes_to_the_smaller_cap():
+    """Cap 1's steps vary (10 or 14 ms): its prediction's standard error covers the 2% it gains over plain decoding."""
+    noisy = [Step(1, 1, ms / 1e3, 0.0, (2,), (1,), ("python",)) for ms in (10.0, 14.0) * 4]
+    plain = steps(1, 0, 10.0, [1], n=8)
+    m = CostModel.from_steps(plain + noisy)
+    assert m.cell(1, 1).predicted_tok_s == pytest.approx(2 / 0.012) and m.cell(1, 1).predicted_se > 0
+    assert m.best(1).cap == 1  # 166.7 against 100: far beyond the noise
+    slow = [Step(1, 1, ms / 1e3, 0.0, (2,), (1,), ("python",)) for ms in (15.0, 24.0) * 4]  # 102.6 tok/s, its standard error about 9
+    assert CostModel.from_steps(plain + slow).best(1).cap == 0
+
+
 def test_equal_caps_in_a_row_are_one_entry_and_a_tie_takes_the_smaller_cap():
     m = CostModel.from_steps(steps(1, 0, 10.0, [1]) + steps(1, 1, 20.0, [2]) + steps(2, 0, 10.0, [1, 1]) + steps(2, 1, 20.0, [2, 2]))
     assert m.best(1).cap == 0 and m.policy().by_batch_size == ((1, 0),)
