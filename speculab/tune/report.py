@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 
-def print_report(record: dict, out=sys.stdout) -> None:
+def print_report(record: dict, out=None) -> None:
+    out = out or sys.stdout  # looked up now: a test's captured stdout, not the one at import
     cells, caps = record["cost_model"]["cells"], record["caps"]
     tau = record["cost_model"]["acceptance"]["tau"]
     print(
