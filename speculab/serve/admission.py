@@ -47,11 +47,16 @@ def output_room(state: ServeState, prompt_ids: list[int]) -> int:
     return room
 
 
+def check_model(state: ServeState, model: str | None) -> None:
+    """A 404 for another model's name (None: a route where the name is optional, as vLLM's /tokenize)."""
+    if model is not None and model != state.info.model_name:
+        raise ApiError(404, f"The model `{model}` does not exist; this server serves `{state.info.model_name}`", "model")
+
+
 def submit(state: ServeState, body, prompt_ids: list[int], max_tokens: int | None) -> Handle:
     """Queue the request; ``max_tokens`` None means all the room the context leaves."""
     info = state.info
-    if body.model != info.model_name:
-        raise ApiError(404, f"The model `{body.model}` does not exist; this server serves `{info.model_name}`", "model")
+    check_model(state, body.model)
     room = output_room(state, prompt_ids)
     if any(t >= state.vocab_size for t in body.stop_token_ids or ()):
         raise ApiError(400, f"stop_token_ids must be in [0, {state.vocab_size})", "stop_token_ids")

@@ -20,6 +20,8 @@ The accepted set, three kinds:
 - ignored, as vLLM does: every other field (informational ones such as
   ``user``, ``metadata``, ``store``, ``service_tier``, ``priority``).
 
+Also vLLM's ``/tokenize`` and ``/detokenize`` bodies (``TokenizeRequest``, ``DetokenizeRequest``).
+
 Does not know: tokenizers, the engine, or HTTP status codes (``app.py``).
 """
 
@@ -233,3 +235,35 @@ class ChatCompletionRequest(_Sampling):
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``/tokenize`` body: a ``prompt``, or chat ``messages`` put through the model's chat template."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None  # None: vLLM's defaults, True for a prompt (the BOS), False for messages
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either prompt or messages")
+        return self
+
+    @property
+    def special_tokens(self) -> bool:
+        return self.add_special_tokens if self.add_special_tokens is not None else self.messages is None
+
+
+class DetokenizeRequest(BaseModel):
+    """vLLM's ``/detokenize`` body: token ids back to text."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]

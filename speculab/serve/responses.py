@@ -63,7 +63,8 @@ async def respond(state: ServeState, body, handle: Handle, request: Request, kin
     answer = Answer(state, handle, kind, f"{prefix}-{uuid.uuid4().hex}", int(time.time()))
     text = TextStream(state.tokenizer, body.stop)
     if body.stream:
-        return EventSourceResponse(stream_events(answer, text, body.include_usage), ping=15)
+        # events end in "\n\n" as vLLM's do: clients that split on it (vLLM's own benchmark) lose none to "\r\n\r\n"
+        return EventSourceResponse(stream_events(answer, text, body.include_usage), ping=15, sep="\n")
     try:
         reason, pieces = await collect(answer, text, request)
     finally:

@@ -1,6 +1,7 @@
 """The routes of ``speculab serve``: the ones a client of ``vllm serve`` uses, each a named function.
 
-``router``: ``/health``, ``/metrics`` (Prometheus, vLLM's names), ``/version``. ``v1``: ``/v1/models``,
+``router``: ``/health``, ``/metrics`` (Prometheus, vLLM's names), ``/version``, ``/tokenize`` and ``/detokenize``
+(vLLM's: outside ``/v1``, so outside the key check too, as vLLM's are; ``vllm bench serve`` calls them keyless). ``v1``: ``/v1/models``,
 ``/v1/completions`` and ``/v1/chat/completions``, behind the optional Bearer key (``state.authorized``).
 Tokenisation and chat templating run in a worker thread, so one huge body stalls no stream.
 
@@ -17,9 +18,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from speculab.serve.admission import check_token_ids, refuse_unsupported, submit
+from speculab.serve.admission import check_model, check_token_ids, refuse_unsupported, submit
 from speculab.serve.errors import ApiError
-from speculab.serve.protocol import ChatCompletionRequest, CompletionRequest
+from speculab.serve.protocol import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from speculab.serve.responses import CHAT, respond
 from speculab.serve.state import State, authorized
 
@@ -50,6 +51,32 @@ async def version(state: State):
         "kv_dtype": info.kv_dtype or info.dtype,
         "command": info.command,
     }
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, state: State):
+    """vLLM's answer: the ids a completion or chat request with this text would start from, and the context."""
+    check_model(state, body.model)
+    tok = state.tokenizer
+    if body.messages is not None:
+        messages = [m.as_dict() for m in body.messages]
+        try:
+            text = await run_in_threadpool(tok.apply_chat_template, messages, body.add_generation_prompt)
+        except Exception as err:  # noqa: BLE001  the model's own chat template refuses this conversation
+            raise ApiError(400, f"the chat template refused these messages: {err}", "messages") from None
+    else:
+        text = body.prompt
+    ids = await run_in_threadpool(tok.encode, text, body.special_tokens)
+    strs = [tok.decode([i], skip_special_tokens=False) for i in ids] if body.return_token_strs else None
+    return {"count": len(ids), "max_model_len": state.info.max_model_len, "tokens": ids, "token_strs": strs}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, state: State):
+    check_model(state, body.model)
+    if any(t >= state.vocab_size for t in body.tokens):
+        raise ApiError(400, f"tokens must be in [0, {state.vocab_size})", "tokens")
+    return {"prompt": await run_in_threadpool(state.tokenizer.decode, body.tokens, False)}
 
 
 @v1.get("/models")

@@ -7,6 +7,7 @@ starts and stops it, and `speculab bench --engine vllm` measures it beside specu
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -177,3 +178,58 @@ def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
     report = (out / "report.md").read_text()
     assert "vllm:eagle" in report and "vllm:baseline" in report
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["results"].endswith("results.jsonl")
+
+
+def short_workload_prompts(n: int, most_tokens: int) -> list:
+    """The first ``n`` workload prompts (domains in turn) whose chat-templated tokens stay under ``most_tokens``."""
+    from speculab.bench.workload import interleave_domains, load_workload
+    from speculab.models.tokenizer import Tokenizer
+    from tests.conftest import embedded_model_path
+
+    tokenizer = Tokenizer(embedded_model_path())
+    items = interleave_domains(load_workload(), 100)
+    return [i for i in items if len(i.messages) == 1 and len(tokenizer.encode_chat(i.message_dicts())) < most_tokens][:n]
+
+
+def test_vllms_own_benchmark_client_reads_speculab_serve_as_bench_endpoint_does(vllm_env, eagle_server, tmp_path):
+    """`vllm bench serve` (vLLM's own client: chat endpoint, greedy, the 3 workload prompts short enough for the fixture's 1,024-token context, one at a time, its ShareGPT
+    dataset reader) against `speculab serve --method eagle`: no request fails, it counts every token the server sent
+    (the usage event: events end in a blank line of "\\n"), and the acceptance it reads from /metrics equals what
+    `speculab bench --endpoint` measures on the same prompts."""
+    from tests.conftest import embedded_model_path
+
+    items = short_workload_prompts(3, 900)
+    assert len(items) == 3
+    sharegpt = tmp_path / "prompts.json"
+    sharegpt.write_text(
+        json.dumps([{"conversations": [{"from": "human", "value": i.messages[0][1]}, {"from": "gpt", "value": "-"}]} for i in items])
+    )
+    workload = tmp_path / "workload.jsonl"
+    workload.write_text("".join(json.dumps({"id": i.id, "domain": i.domain, "prompt": i.messages[0][1]}) + "\n" for i in items))
+    client = [str(vllm_env), str(Path(__file__).parent / "vllm_bench_serve.py"), "--backend", "openai-chat"]
+    client += ["--base-url", eagle_server.url, "--endpoint", "/v1/chat/completions", "--model", "SmolLM2-135M-Instruct"]
+    client += ["--tokenizer", str(embedded_model_path()), "--dataset-name", "sharegpt", "--dataset-path", str(sharegpt)]
+    client += ["--sharegpt-output-len", "32", "--num-prompts", "3", "--max-concurrency", "1", "--temperature", "0"]
+    client += ["--save-result", "--result-dir", str(tmp_path), "--result-filename", "vllm.json"]
+    done = subprocess.run(client, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "/tokenize unavailable" not in done.stdout + done.stderr
+    theirs = json.loads((tmp_path / "vllm.json").read_text())
+    assert (theirs["completed"], theirs["failed"]) == (3, 0)
+    out = tmp_path / "bench"
+    args = ["bench", "--endpoint", eagle_server.url, "--workload", str(workload), "--num-prompts", "3", "--max-tokens", "32"]
+    assert main([*args, "--batch-sizes", "1", "--repeats", "1", "--out", str(out), "--no-progress"]) == 0
+    (ours,) = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
+    assert ours["failed"] == 0 and theirs["total_output_tokens"] == ours["output_tokens"] > 0
+    assert theirs["spec_decode_accepted_tokens"] == ours["accepted_tokens"] and theirs["spec_decode_draft_tokens"] == ours["draft_tokens"]
+    assert abs(theirs["spec_decode_acceptance_rate"] - 100 * ours["acceptance_rate"]) <= 1.0
+    # the issue's case: random prompts, 4 in flight, every token counted (it counted 1,002 of 1,024 before)
+    rand = client[:4] + ["--base-url", eagle_server.url, "--endpoint", "/v1/completions", "--model", "SmolLM2-135M-Instruct"]
+    rand += ["--tokenizer", str(embedded_model_path()), "--dataset-name", "random", "--random-input-len", "256"]
+    rand += ["--random-output-len", "48", "--num-prompts", "12", "--max-concurrency", "4", "--ignore-eos", "--save-result"]
+    rand += ["--result-dir", str(tmp_path), "--result-filename", "random.json"]
+    rand[2:4] = ["--backend", "openai"]
+    done = subprocess.run(rand, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    loaded = json.loads((tmp_path / "random.json").read_text())
+    assert (loaded["completed"], loaded["failed"], loaded["total_output_tokens"]) == (12, 0, 12 * 48)

@@ -106,3 +106,38 @@ def test_sampled_requests_run_and_are_seeded(client):
     greedy = ask(temperature=0)
     assert len(sampled) > 1 and sampled != {greedy}
     assert ask(seed=3, top_p=1e-9) == greedy
+
+
+def test_tokenize_and_detokenize_as_vllm_answers_them(eagle_server, in_process):
+    """vLLM's /tokenize (a prompt: with the BOS; messages: the chat template's ids) and /detokenize, outside /v1."""
+    import httpx
+
+    tokenizer, _ = in_process
+    post = lambda path, body: httpx.post(f"{eagle_server.url}{path}", json=body, timeout=60)  # noqa: E731
+    said = post("/tokenize", {"model": MODEL, "prompt": QUESTION, "return_token_strs": True}).json()
+    assert said["tokens"] == tokenizer.encode(QUESTION) and said["count"] == len(said["tokens"])
+    assert said["max_model_len"] == 1024 and "".join(said["token_strs"]) == tokenizer.decode(said["tokens"], skip_special_tokens=False)
+    bare = post("/tokenize", {"prompt": QUESTION, "add_special_tokens": False}).json()
+    assert bare["tokens"] == tokenizer.encode(QUESTION, add_bos=False) and bare["token_strs"] is None
+    messages = [{"role": "user", "content": QUESTION}]
+    assert post("/tokenize", {"messages": messages}).json()["tokens"] == tokenizer.encode_chat(messages)
+    assert post("/detokenize", {"model": MODEL, "tokens": bare["tokens"]}).json() == {"prompt": QUESTION}
+    for path, body, field in [
+        ("/tokenize", {"prompt": "x", "messages": messages}, "either prompt or messages"),
+        ("/tokenize", {"model": "other", "prompt": "x"}, "does not exist"),
+        ("/detokenize", {"tokens": [10**9]}, "tokens must be in"),
+        ("/detokenize", {"tokens": [-1]}, "tokens"),
+    ]:
+        answer = post(path, body)
+        assert answer.status_code in (400, 404, 422) and field in answer.text, answer.text
+
+
+def test_stream_events_end_in_a_blank_line_of_newlines(eagle_server):
+    """Events end in "\\n\\n", as vLLM's do: a client splitting on it (vLLM's benchmark) finds the usage event."""
+    import httpx
+
+    body = {"model": MODEL, "prompt": QUESTION, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}}
+    raw = httpx.post(f"{eagle_server.v1}/completions", json=body, timeout=120).content.decode()
+    assert "\r" not in raw and raw.endswith("data: [DONE]\n\n")
+    events = [e for e in raw.split("\n\n") if e.startswith("data: {")]
+    assert '"usage"' in events[-1] and '"completion_tokens":8' in events[-1].replace(" ", "")
