@@ -129,9 +129,8 @@ async def stream_events(answer: Answer, text: TextStream, include_usage: bool) -
     def chunk(choices: list, **extra) -> dict:
         return {"data": to_json(answer.envelope(chunk_kind, choices=choices, **extra))}
 
+    role_due = answer.kind == CHAT  # as vLLM: the role comes with the first output, so time to first chunk is TTFT
     try:
-        if answer.kind == CHAT:
-            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
         while True:
             pieces: list[str] = []
             try:
@@ -139,6 +138,9 @@ async def stream_events(answer: Answer, text: TextStream, include_usage: bool) -
             except ApiError as err:
                 yield {"data": to_json(error_body(err.status, err.message))}
                 break
+            if role_due:
+                yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+                role_due = False
             if "".join(pieces):
                 yield chunk([choice(answer.kind, "".join(pieces), None, delta=True)])
             if reason is not None:
