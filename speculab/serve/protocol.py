@@ -11,7 +11,7 @@ The accepted set, three kinds:
 - honoured: ``model``, ``prompt`` / ``messages``, ``max_tokens`` /
   ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
   ``stop``, ``stop_token_ids``, ``ignore_eos``, ``stream``,
-  ``stream_options.include_usage``, and ``n``, ``best_of``, ``logprobs``,
+  ``stream_options.include_usage`` (and vLLM's ``continuous_usage_stats``), and ``n``, ``best_of``, ``logprobs``,
   ``echo``, ``suffix``, ``tools`` at their neutral values;
 - refused by name (400) unless at their neutral value, because each would change
   what is generated and speculab does not do it: ``UNSUPPORTED``'s keys
@@ -93,6 +93,7 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, the usage so far in every chunk
 
 
 class _Sampling(BaseModel):
@@ -158,6 +159,10 @@ class _Sampling(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def usage_in_every_chunk(self) -> bool:
+        return self.include_usage and self.stream_options.continuous_usage_stats
 
 
 class CompletionRequest(_Sampling):

@@ -64,7 +64,8 @@ async def respond(state: ServeState, body, handle: Handle, request: Request, kin
     text = TextStream(state.tokenizer, body.stop)
     if body.stream:
         # events end in "\n\n" as vLLM's do: clients that split on it (vLLM's own benchmark) lose none to "\r\n\r\n"
-        return EventSourceResponse(stream_events(answer, text, body.include_usage), ping=15, sep="\n")
+        events = stream_events(answer, text, body.include_usage, body.usage_in_every_chunk)
+        return EventSourceResponse(events, ping=15, sep="\n")
     try:
         reason, pieces = await collect(answer, text, request)
     finally:
@@ -122,12 +123,15 @@ def choice(kind: str, text: str, reason: str | None, delta: bool) -> dict:
     return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
 
 
-async def stream_events(answer: Answer, text: TextStream, include_usage: bool) -> AsyncIterator[dict]:
-    """The Server-Sent Events of a streamed request, ``[DONE]`` last; an engine error ends it as an error event."""
+async def stream_events(answer: Answer, text: TextStream, include_usage: bool, every_chunk: bool = False) -> AsyncIterator[dict]:
+    """The Server-Sent Events of a streamed request, ``[DONE]`` last; an engine error ends it as an error event.
+    ``include_usage``: a last chunk with the usage and no choices; ``every_chunk``: the usage so far in every chunk too
+    (vLLM's ``continuous_usage_stats``)."""
     chunk_kind = "chat.completion.chunk" if answer.kind == CHAT else "text_completion"
 
     def chunk(choices: list, **extra) -> dict:
-        return {"data": to_json(answer.envelope(chunk_kind, choices=choices, **extra))}
+        so_far = {"usage": usage(answer.handle)} if every_chunk and "usage" not in extra else {}
+        return {"data": to_json(answer.envelope(chunk_kind, choices=choices, **extra, **so_far))}
 
     role_due = answer.kind == CHAT  # as vLLM: the role comes with the first output, so time to first chunk is TTFT
     try:

@@ -141,3 +141,25 @@ def test_stream_events_end_in_a_blank_line_of_newlines(eagle_server):
     assert "\r" not in raw and raw.endswith("data: [DONE]\n\n")
     events = [e for e in raw.split("\n\n") if e.startswith("data: {")]
     assert '"usage"' in events[-1] and '"completion_tokens":8' in events[-1].replace(" ", "")
+
+
+def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(eagle_server):
+    """vLLM's stream_options.continuous_usage_stats: each chunk carries the usage so far, never decreasing, ending at
+    the last chunk's count; without it only the last (choice-less) chunk has one."""
+    import json as json_
+
+    import httpx
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 12, "stream": True, "ignore_eos": True}
+    for continuous in (True, False):
+        options = {"include_usage": True, "continuous_usage_stats": continuous}
+        raw = httpx.post(f"{eagle_server.v1}/chat/completions", json=body | {"stream_options": options}, timeout=120).text
+        chunks = [json_.loads(e[len("data: ") :]) for e in raw.split("\n\n") if e.startswith("data: {")]
+        with_usage = [c for c in chunks if "usage" in c]
+        assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"]["completion_tokens"] == 12
+        if continuous:
+            counts = [c["usage"]["completion_tokens"] for c in chunks]
+            assert len(with_usage) == len(chunks) and counts == sorted(counts) and counts[0] >= 1
+            assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"] for c in chunks)
+        else:
+            assert len(with_usage) == 1
