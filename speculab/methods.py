@@ -29,7 +29,7 @@ from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES
 from speculab.speculative.limit import SpeculationLimit
-from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
+from speculab.speculative.policy import AUTO, PolicyProposer, SpeculationPolicy
 from speculab.speculative.registry import make_proposer
 from speculab.tuned_policies import tuned_policy
 
@@ -140,7 +140,6 @@ def _existing(path: str | Path, key: str) -> Path:
 AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (speculative/limit.py)
 POLICY = "policy"  # every speculative method's: a policy file capping each request's draft (speculative/policy.py)
-AUTO = "auto"  # the policy value naming ``speculab tune``'s policy for this machine, target and method (tune/tuned_policies.py)
 
 METHODS: dict[str, Method] = {
     "baseline": Method({}, lambda p, loaded: {}),

@@ -28,7 +28,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
-from speculab.speculative.policy import SpeculationPolicy
+from speculab.speculative.policy import AUTO, SpeculationPolicy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
 EAGLE3_FROM = Version("0.8.5")
@@ -112,8 +112,8 @@ def _schedule(req: LaunchRequest) -> dict:
     path = req.spec.params.get("policy")
     if path is None:
         return {}
-    if path == "auto":
-        raise UnsupportedLaunch("policy=auto: pass the policy file `speculab tune` wrote (it prints its path)")
+    if path == AUTO:
+        raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
     policy = SpeculationPolicy.from_file(path)
     if policy.min_acceptance > 0:
         raise UnsupportedLaunch(f"policy: {path} sets min_acceptance, a per-request floor vLLM cannot express; remove it to launch")

@@ -23,6 +23,8 @@ from speculab.speculative.limit import WrappedProposer
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
 
+AUTO = "auto"  # a method's ``policy`` naming what ``speculab tune`` chose for this machine, target and method
+
 
 @dataclass(frozen=True)
 class SpeculationPolicy:
