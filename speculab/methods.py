@@ -146,6 +146,20 @@ METHODS: dict[str, Method] = {
     "ngram": Method(
         {"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None}, lambda p, loaded: dict(p)
     ),
+    # vLLM's suffix_decoding_* defaults (max_tree_depth 24, 10,000 cached requests, factor 1.0, probability 0.1);
+    # num_speculative_tokens is vLLM's max_tree_depth unless set: here 8, BENCHMARKS.md "Suffix decoding"
+    "suffix": Method(
+        {
+            "num_speculative_tokens": 8,
+            "max_tree_depth": 24,
+            "max_cached_requests": 10000,
+            "max_spec_factor": 1.0,
+            "min_token_prob": 0.1,
+            LIMIT: None,
+            POLICY: None,
+        },
+        lambda p, loaded: dict(p),
+    ),
     "draft": Method(
         {"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, POLICY: None, "draft": str(DEFAULT_DRAFT)},
         _draft_options,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 # eagle: the better of the two shipped heads on held-out prompts (BENCHMARKS.md, "The EAGLE-3 head"); eagle3 runs the other
-DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram")
+DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix")
 
 
 def add_bench_parsers(sub) -> None:
@@ -29,7 +29,7 @@ def add_bench_parsers(sub) -> None:
         dest="profile",
         action="store_const",
         const="full",
-        help="the study's workload: 100 prompts, 600 output tokens, 3 repeats (for GPU machines)",
+        help="the whole workload: 124 prompts (the study's 100 and the agentic 24), 600 output tokens, 3 repeats (for GPU machines)",
     )
     b.set_defaults(profile="quick")
     b.add_argument(
@@ -48,7 +48,9 @@ def add_bench_parsers(sub) -> None:
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument(
-        "--workload", default=None, help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped 100 prompts)"
+        "--workload",
+        default=None,
+        help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped workload, 100 coding prompts and 24 agentic conversations)",
     )
     b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
     b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")

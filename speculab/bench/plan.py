@@ -17,9 +17,10 @@ from tqdm import tqdm
 from speculab.bench.results_store import ResultsFile
 from speculab.methods import MethodSpec
 
+ACCEPTANCE = "acceptance"  # the acceptance pass's record kind (acceptance_pass.py)
 PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
     "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
-    "full": dict(num_prompts=100, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
+    "full": dict(num_prompts=124, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
 }
 
 
@@ -67,10 +68,10 @@ class BenchConfig:
 @dataclass(frozen=True)
 class RunPlan:
     run_id: str
-    done: frozenset[tuple[str, int]]  # (label, batch size) measured already in this run
+    done: frozenset[tuple[str, int | str]]  # (label, batch size) measured already in this run; (label, ACCEPTANCE) passed
     previous_run: dict | None  # the run record a resumed run continues (its sizing is kept)
 
-    def pending(self, label: str, batch_size: int) -> bool:
+    def pending(self, label: str, batch_size: int | str) -> bool:
         return (label, batch_size) not in self.done
 
 
@@ -79,6 +80,7 @@ def plan_run(previous: list[dict], resume: bool) -> RunPlan:
     runs = [r for r in previous if r.get("kind") == "run"]
     run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
     done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
+    done |= {(r["label"], ACCEPTANCE) for r in previous if r.get("kind") == ACCEPTANCE and r.get("run_id") == run_id}
     return RunPlan(run_id, frozenset(done), runs[-1] if runs and resume else None)
 
 

@@ -4,7 +4,8 @@ The order: the plan (``plan.py``: which run, which cells are left) -> the checks
 loads (endpoints answer, launched engines can run every method) -> the target and its warm-up (``in_process.py``)
 -> the run record (settings, machine, models, memory estimates, sizing) -> every cell, batch-major, each kind by
 its executor: in-process (``in_process.py``), an endpoint (``over_http/endpoint.py``), an engine speculab launches
-(``over_http/launched_engines.py``) -> each record appended as it arrives (``results_store.py``). A killed run
+(``over_http/launched_engines.py``) -> the in-process methods' untimed acceptance pass (``acceptance_pass.py``) ->
+each record appended as it arrives (``results_store.py``). A killed run
 resumes with ``--resume``: the cells it measured are skipped and a cut last line is dropped.
 
 Does not know: the report (``report/``, which reads only the results file) or how proposers work.
@@ -20,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench import in_process
+from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
 from speculab.bench.plan import BenchConfig, RunContext, plan_run
@@ -70,6 +72,8 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
                 run.write(cell | {"transport": "in-process", "engine": "speculab"})
             else:
                 run.write(_endpoint_cell(what, batch_size, items, references, run))
+        if target is not None:
+            run_acceptance_pass(target, specs, options_of, run)
         ours = {b: [target.loaded.tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
         for engine in cfg.launched:
             measure_engine(engine, run, items, reference, ours)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parent / "workload_files" / "workload.jsonl"
-DOMAINS = ("python", "typescript", "sql")
+DOMAINS = ("python", "typescript", "sql", "agentic")
 ROLES = ("system", "user", "assistant")
 
 

@@ -1,4 +1,4 @@
-"""Build the benchmark workload: 100 coding prompts from pinned real code, byte-identically.
+"""Build the benchmark workload: 100 coding prompts and 24 agentic conversations from pinned real code, byte-identically.
 
 Knows: the workload's make-up (34 Python, 33 TypeScript, 33 SQL prompts; the
 tasks of each domain; about 1,200 target tokens a prompt) and how to draw it
@@ -17,6 +17,8 @@ import random
 import sys
 from pathlib import Path
 
+from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
+from speculab.corpora.agentic import agentic_messages
 from speculab.corpora.prompts import TEMPLATES, code_prompt, pick_window
 from speculab.corpora.sources import SOURCES, Source, is_benchmark_file, iter_files, source_record
 from speculab.corpora.tpc import TPC_SPECS, TPC_TEMPLATE
@@ -35,6 +37,11 @@ PLAN: tuple[tuple[str, int], ...] = (
     ("pglast", 30),
 )
 CODE_TOKENS = (850, 1250)  # code window, target tokens; the instruction and chat template add ~60-80
+# the agentic slice (corpora/agentic.py): 12 Python and 12 TypeScript conversations from files the 100 do not use,
+# drawn after them with their own seed so that the 100 stay as they were; shorter windows, as a second turn repeats one
+AGENTIC_PLAN: tuple[tuple[str, int], ...] = (("cpython-stdlib", 12), ("typescript", 4), ("rxjs", 4), ("zod", 4))
+AGENTIC_SEED = SEED + 1
+AGENTIC_CODE_TOKENS = (400, 650)
 
 
 def _source(name: str) -> Source:
@@ -88,11 +95,49 @@ def build(tokenizer) -> list[dict]:
                 "prompt_tokens": _chat_tokens(tokenizer, content),
             }
         )
+    records += agentic(tokenizer, used={r["source"] for r in records})
     counters: dict[str, int] = {}
     for r in records:
         counters[r["domain"]] = counters.get(r["domain"], 0) + 1
         r["id"] = f"{r['domain']}-{counters[r['domain']]:03d}"
     return [{"id": r.pop("id"), **r} for r in records]
+
+
+def agentic(tokenizer, used: set[str]) -> list[dict]:
+    """The agentic slice: AGENTIC_PLAN's files in turn through AGENTIC_TASKS, one conversation a file."""
+    rng = random.Random(AGENTIC_SEED)
+    count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+    records: list[dict] = []
+    for name, wanted in AGENTIC_PLAN:
+        source = _source(name)
+        files = [f for f in iter_files(source) if is_benchmark_file(f.file_id) and f.file_id not in used]
+        rng.shuffle(files)
+        taken = 0
+        for file in files:
+            if taken == wanted:
+                break
+            window = pick_window(file.text, count, rng, *AGENTIC_CODE_TOKENS)
+            task = AGENTIC_TASKS[(len(records)) % len(AGENTIC_TASKS)]
+            path = file.path.removeprefix("package/")
+            messages = window and agentic_messages(task, source.domain, path, source.label, window)
+            if not messages:
+                continue
+            records.append(_record("agentic", task, messages, file.file_id, source.license, tokenizer) | {"language": source.domain})
+            taken += 1
+        if taken < wanted:
+            raise SystemExit(f"{source.label}: only {taken} of {wanted} benchmark files make an agentic conversation")
+    return records
+
+
+def _record(domain: str, task: str, messages: list[dict], source: str, license: str, tokenizer) -> dict:
+    return {
+        "domain": domain,
+        "task": task,
+        "messages": messages,
+        "source": source,
+        "license": license,
+        "prompt_tokens": len(tokenizer.encode_chat(messages)),
+    }
 
 
 def dumps(records: list[dict]) -> str:

@@ -25,7 +25,7 @@ def add_launch_parsers(sub) -> None:
     p.add_argument(
         "--method",
         default="baseline",
-        help="baseline, ngram, draft, eagle or eagle3, with settings as in `speculab bench` (eagle:num_steps=3)",
+        help="baseline, ngram, suffix, draft, eagle or eagle3, with settings as in `speculab bench` (eagle:num_steps=3)",
     )
     add_model_flags(p, device=False, dtype=False)  # --dtype below is the launched engine's
     p.add_argument("--draft", default=None, help="the drafter folder (a draft model or an EAGLE head; default: the shipped one)")

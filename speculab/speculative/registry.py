@@ -13,10 +13,12 @@ from speculab.speculative.draft_model import DraftModelProposer
 from speculab.speculative.eagle import Eagle3Proposer, EagleProposer, StaticTreeEagleProposer
 from speculab.speculative.ngram import NgramProposer
 from speculab.speculative.proposer import Proposer
+from speculab.speculative.suffix import SuffixProposer
 
 PROPOSERS: dict[str, Callable[..., Proposer]] = {
     "baseline": Proposer,
     "ngram": NgramProposer,
+    "suffix": SuffixProposer,
     "draft": DraftModelProposer,
     "eagle": EagleProposer,
     "eagle3": Eagle3Proposer,

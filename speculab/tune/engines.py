@@ -20,7 +20,7 @@ import json
 from speculab.speculative.policy import SpeculationPolicy
 
 PER_REQUEST = "a floor on each request's own acceptance"
-VLLM_METHOD = {"ngram": "ngram", "draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3"}
+VLLM_METHOD = {"ngram": "ngram", "suffix": "suffix", "draft": "draft_model", "eagle": "eagle", "eagle3": "eagle3"}
 SGLANG_ALGORITHM = {"ngram": "NGRAM", "draft": "STANDALONE", "eagle": "EAGLE", "eagle3": "EAGLE3"}
 
 
@@ -41,6 +41,8 @@ def sglang(spec_name: str, policy: SpeculationPolicy) -> dict:
     most = max(n for _, _, n in schedule)
     if most == 0:
         return {"settings": "no --speculative-algorithm (plain decoding at every batch size)", "cannot": ""}
+    if spec_name not in SGLANG_ALGORITHM:
+        return {"settings": "none", "cannot": f"{spec_name} at all (SGLang has no such algorithm)"}
     fixed = f"--speculative-algorithm {SGLANG_ALGORITHM[spec_name]} --speculative-num-steps {most} --speculative-eagle-topk 1 --speculative-num-draft-tokens {most + 1}"
     varies = len({n for _, _, n in schedule}) > 1
     if varies and spec_name.startswith("eagle"):

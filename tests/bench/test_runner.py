@@ -57,8 +57,12 @@ def bench_args(setup, out, *extra):
     ]
 
 
+def records(out, kind):
+    return [r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines()) if r.get("kind") == kind]
+
+
 def cells(out):
-    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if '"cell"' in line]
+    return records(out, "cell")
 
 
 def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
@@ -89,6 +93,15 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
     accepted = draft["accepted_per_position"] + [0] * (len(reached) - len(draft["accepted_per_position"]))
     assert draft["conditional_acceptance"] == pytest.approx([a / r for a, r in zip(accepted, reached)])
     assert (out / "report.md").exists() and (out / "report.html").exists()
+    passes = {r["label"]: r for r in records(out, "acceptance")}
+    assert set(passes) == {c["label"] for c in rows if c["method"] != "baseline"}
+    for label, r in passes.items():
+        assert {d: f["prompts"] for d, f in r["by_domain"].items()} == {d: 2 for d in DOMAINS}
+        # fp32: a request's drafts do not depend on its batch, so the untimed pass (16 at a time) counts batch 1's
+        at_one = next(c for c in rows if c["label"] == label and c["batch_size"] == 1)
+        assert (r["all"]["accepted_tokens"], r["all"]["drafted_depth"]) == (at_one["accepted_tokens"], sum(at_one["drafted_per_position"]))
+    report = (out / "report.md").read_text()
+    assert "## Acceptance by language" in report and "(2)" in report
     assert summary["results"] == str(out / "results.jsonl")
     base = {c["batch_size"]: c["tok_s"] for c in rows if c["method"] == "baseline"}
     for c in rows:

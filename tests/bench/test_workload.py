@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from speculab.bench.workload import SHIPPED, WorkloadError, interleave_domains, load_workload
+from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
 from speculab.corpora.prompts import TEMPLATES
 from speculab.corpora.sources import SOURCES, is_benchmark_file
 from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_EAGLE3
@@ -14,19 +15,34 @@ from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, DEFAULT_EAGLE3
 RECORDS = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
 
 
+CODING = [r for r in RECORDS if r["domain"] != "agentic"]
+AGENTIC = [r for r in RECORDS if r["domain"] == "agentic"]
+
+
 def test_schema_and_make_up():
     items = load_workload()
-    assert len(items) == len(RECORDS) == 100
-    assert Counter(i.domain for i in items) == {"python": 34, "typescript": 33, "sql": 33}
-    assert len({i.id for i in items}) == 100
+    assert len(items) == len(RECORDS) == 124
+    assert Counter(i.domain for i in items) == {"python": 34, "typescript": 33, "sql": 33, "agentic": 24}
+    assert len({i.id for i in items}) == 124
     for r in RECORDS:
         assert {"id", "domain", "task", "messages", "source", "license", "prompt_tokens"} <= set(r)
+    for r in CODING:
         assert r["task"] in TEMPLATES[r["domain"]]
         assert [m["role"] for m in r["messages"]] == ["user"]
 
 
+def test_the_agentic_slice_is_multi_turn_edits_in_two_languages():
+    assert Counter((r["language"], r["task"]) for r in AGENTIC) == {
+        (lang, t): 3 for lang in ("python", "typescript") for t in AGENTIC_TASKS
+    }
+    for r in AGENTIC:
+        roles = [m["role"] for m in r["messages"]]
+        assert roles == (["user", "assistant", "user"] if r["task"] == "second-turn" else ["user"])
+        assert 400 <= r["prompt_tokens"] <= 1500
+
+
 def test_prompt_length_statistics():
-    lengths = [r["prompt_tokens"] for r in RECORDS]
+    lengths = [r["prompt_tokens"] for r in CODING]
     assert 1100 <= sum(lengths) / len(lengths) <= 1300  # about 1,200 target tokens a prompt
     assert min(lengths) >= 700 and max(lengths) <= 1500
 
@@ -40,8 +56,8 @@ def test_sources_and_licenses_are_recorded():
             continue
         label = r["source"].rsplit(":", 1)[0]
         assert r["license"] == labels[label].license
-        assert labels[label].domain == r["domain"]
-    assert len({r["source"] for r in RECORDS}) == 100  # one prompt per file
+        assert labels[label].domain == r.get("language", r["domain"])
+    assert len({r["source"] for r in RECORDS}) == 124  # one prompt per file
 
 
 def test_workload_files_are_in_the_benchmark_share():
@@ -83,4 +99,4 @@ def test_plain_prompt_workloads_and_errors(tmp_path):
 def test_interleaving_covers_every_domain():
     picked = interleave_domains(load_workload(), 16)
     assert len(picked) == 16
-    assert Counter(i.domain for i in picked) == {"python": 6, "typescript": 5, "sql": 5}
+    assert Counter(i.domain for i in picked) == {"python": 4, "typescript": 4, "sql": 4, "agentic": 4}

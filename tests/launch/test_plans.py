@@ -18,7 +18,7 @@ from speculab.launch.plan import LaunchRequest, UnsupportedLaunch
 from speculab.methods import parse_method
 
 FIXTURES = Path(__file__).parent / "fixtures"
-METHODS = ["baseline", "ngram", "draft", "eagle", "eagle3"]
+METHODS = ["baseline", "ngram", "suffix", "draft", "eagle", "eagle3"]
 PLANNERS = {"vllm": vllm.vllm_plan, "sglang": sglang.sglang_plan}
 
 
@@ -27,8 +27,8 @@ def parser_of(engine: str, version: str) -> dict:
 
 
 def request(engine: str, method: str, version: str, **extra) -> LaunchRequest:
-    spec = parse_method(method if method in ("baseline", "ngram", "draft", "eagle") else f"{method}:eagle=/heads/e3")
-    drafter = None if spec.name in ("baseline", "ngram") else Path(f"/exported/{spec.name}")
+    spec = parse_method(method if method in ("baseline", "ngram", "suffix", "draft", "eagle") else f"{method}:eagle=/heads/e3")
+    drafter = None if spec.name in ("baseline", "ngram", "suffix") else Path(f"/exported/{spec.name}")
     return LaunchRequest(engine, spec, Path("/models/target"), drafter, Version(version), port=8123, **extra)
 
 
@@ -39,6 +39,9 @@ UNSUPPORTED = {
     ("sglang", "0.4.3.post2", "draft"),
     ("sglang", "0.4.3.post2", "ngram"),
     ("sglang", "0.5.2", "ngram"),
+    ("vllm", "0.8.2", "suffix"),
+    ("vllm", "0.8.5", "suffix"),
+    *(("sglang", version, "suffix") for version in ("0.4.3.post2", "0.5.2", "0.5.3", "0.5.23")),
 }
 # 0.8.5's SpeculativeConfig declares method as ngram/eagle/medusa/mlp_speculator/draft_model, yet its
 # __post_init__ accepts "eagle3" (recorded in fixtures/PROVENANCE.md): a stale Literal, not a refusal
@@ -52,7 +55,7 @@ def test_every_flag_is_one_the_engine_version_defines(engine, version, method):
     parser = parser_of(engine, version)
     req = request(engine, method, version, tp=2, dtype="float32", max_model_len=2048)
     if (engine, version, method) in UNSUPPORTED:
-        with pytest.raises(UnsupportedLaunch, match="arrived in|runs no"):
+        with pytest.raises(UnsupportedLaunch, match="arrived in|runs no|has no such"):
             PLANNERS[engine](req)
         return
     plan = PLANNERS[engine](req)

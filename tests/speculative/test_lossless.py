@@ -44,6 +44,9 @@ def speculative(target, prompts, proposer, params=PARAMS):
 
 METHODS = {
     "ngram": lambda target, other: make_proposer("ngram", num_speculative_tokens=4, prompt_lookup_min=1, prompt_lookup_max=3),
+    "suffix": lambda target, other: make_proposer(
+        "suffix", num_speculative_tokens=6, max_tree_depth=8, max_cached_requests=4, max_spec_factor=1.0, min_token_prob=0.1
+    ),
     "draft-other": lambda target, other: make_proposer("draft", model=other, num_speculative_tokens=3),
     "draft-self": lambda target, other: make_proposer("draft", model=target, num_speculative_tokens=4),
     # a reduced draft vocabulary: 96 of the 256 tokens, in no particular order

@@ -88,6 +88,11 @@ METHODS = {  # name -> (proposer name, options given the drafters), chains and t
         lambda d: dict(model=d["drafter"], num_speculative_tokens=3, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9, 11])),
     ),
     "ngram": ("ngram", lambda d: dict(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)),
+    # a shared tree over every request's output: the drafts are what other requests sampled
+    "suffix": (
+        "suffix",
+        lambda d: dict(num_speculative_tokens=3, max_tree_depth=6, max_cached_requests=64, max_spec_factor=1.0, min_token_prob=0.1),
+    ),
     "eagle-tree": ("eagle", lambda d: dict(head=d["eagle"], target=d["target"], num_steps=3, topk=3, num_draft_tokens=8)),
     "eagle-chain": ("eagle", lambda d: dict(head=d["eagle"], target=d["target"], num_steps=3, topk=1, num_draft_tokens=4)),
     "eagle3-tree": ("eagle3", lambda d: dict(head=d["eagle3"], target=d["target"], num_steps=3, topk=3, num_draft_tokens=8)),

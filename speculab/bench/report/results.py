@@ -1,10 +1,11 @@
 """Reading results.jsonl: the records that count, by label and batch size.
 
-Knows: the two record kinds. ``run`` (run_id, started, config, testbed, models, memory: {method:
+Knows: the record kinds. ``run`` (run_id, started, config, testbed, models, memory: {method:
 speculab.models.memory.estimate dict}, endpoints); a resumed run appends another with the same run_id,
 and the last one counts. ``cell`` (one label at one batch size: tok_s, latency percentiles, tau,
 acceptance figures, engine and transport, ...); only cells of the last run's run_id count, and a
-repeated (label, batch_size) counts its last record. Unknown kinds and fields are ignored; lines that
+repeated (label, batch_size) counts its last record. ``acceptance`` (one label's untimed acceptance pass: by_domain
+{domain: prompts, acceptance_rate, tau, ...}), the last of the run's per label. Unknown kinds and fields are ignored; lines that
 are not JSON (a truncated last line) are skipped and listed. A label's speedup is its tok_s over its
 own engine's baseline at the same batch size.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 BASELINE_METHOD = "baseline"
-DOMAIN_ORDER = ("python", "typescript", "sql")
+DOMAIN_ORDER = ("python", "typescript", "sql", "agentic")
 ACCEPTANCE_DEFINITION = (
     "acceptance rate = accepted draft tokens / drafted depth (draft tokens along the verified path; "
     "speculab.spec_stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
@@ -35,6 +36,7 @@ class Results:
     run: dict[str, Any] | None
     cells: dict[tuple[str, int], dict[str, Any]]  # (label, batch_size) -> the last cell record
     skipped_lines: list[int] = field(default_factory=list)  # 1-based numbers of lines that were not JSON objects
+    acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> the last run's acceptance-pass record
 
     @property
     def labels(self) -> list[str]:
@@ -102,6 +104,7 @@ def load_results(results_path: str | Path) -> Results:
     """The records that count in ``results_path`` (see the module docstring)."""
     runs: list[dict] = []
     cells: list[dict] = []
+    passes: list[dict] = []
     skipped: list[int] = []
     for number, line in enumerate(Path(results_path).read_text().splitlines(), start=1):
         if not line.strip():
@@ -117,13 +120,16 @@ def load_results(results_path: str | Path) -> Results:
             runs.append(record)
         elif record.get("kind") == "cell" and "label" in record and "batch_size" in record:
             cells.append(record)
+        elif record.get("kind") == "acceptance" and "label" in record:
+            passes.append(record)
     run = runs[-1] if runs else None
     run_id = run.get("run_id") if run else None
     chosen: dict[tuple[str, int], dict] = {}
     for cell in cells:
         if run_id is None or cell.get("run_id") == run_id:
             chosen[(cell["label"], int(cell["batch_size"]))] = cell
-    return Results(run, chosen, skipped)
+    accepted = {p["label"]: p for p in passes if run_id is None or p.get("run_id") == run_id}
+    return Results(run, chosen, skipped, accepted)
 
 
 def acceptance_cell(results: Results, label: str) -> dict[str, Any]:

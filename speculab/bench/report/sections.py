@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from speculab.bench.report.acceptance_section import acceptance_pass_blocks
 from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
 from speculab.bench.report.findings import best_use, break_even, break_even_text, recommendation
 from speculab.bench.report.numbers import DASH, count, ms, nearest, num, pct, size, tok_x
@@ -109,7 +110,7 @@ def _decision_blocks(results: Results) -> list[Block]:
 
 def _acceptance_blocks(results: Results) -> list[Block]:
     spec = [lab for lab in results.labels if not results.is_baseline(lab)]
-    blocks: list[Block] = [Heading(2, "Acceptance by language")]
+    blocks: list[Block] = [Heading(2, "Acceptance in the timed cells")]
     for key, overall, fmt, title in (
         ("acceptance_by_domain", "acceptance_rate", pct, "Acceptance rate"),
         ("tau_by_domain", "tau", lambda v: num(v, 2), "Mean τ"),
@@ -376,6 +377,7 @@ def document(results: Results) -> list[Block]:
         Paragraph("Generated from results.jsonl only; each table names the fields its numbers come from."),
         *_testbed_blocks(results),
         *_decision_blocks(results),
+        *acceptance_pass_blocks(results),
         *_acceptance_blocks(results),
         *_speed_blocks(results),
         *policy_blocks(results),

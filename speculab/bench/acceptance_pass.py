@@ -1,0 +1,93 @@
+"""The bench's acceptance pass: each speculative method's acceptance by language on enough prompts, untimed.
+
+Knows: acceptance needs no timing, so it is measured where it costs least: every method greedy over the first
+``PER_DOMAIN`` prompts of each domain of the workload (12 each: Python, TypeScript, SQL, agentic), ``BATCH`` at a
+time, after the timed cells. In fp32 a request's tokens do not depend on its batch, so neither do its drafts; a
+method runs here as it drafts at batch size 1: its batch budget and its policy (which only cap drafts at larger
+batches) are left out, and its figures are batch 1's. Suffix decoding's shared tree does see the other requests'
+outputs, as it would on a server. Each domain's row carries its prompt count.
+
+Does not know: the timed cells (``in_process.py``) or the report (``report/acceptance_section.py``).
+"""
+
+from __future__ import annotations
+
+from tqdm import tqdm
+
+from speculab.bench.in_process import Target, run_once
+from speculab.bench.plan import ACCEPTANCE, RunContext
+from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
+from speculab.methods import LIMIT, POLICY, MethodSpec, new_proposer
+from speculab.sampling import SamplingParams
+from speculab.spec_stats import SpecStats
+
+PER_DOMAIN = 12
+BATCH = 16
+AT_BATCH_ONE = {"batch_budget": None, POLICY: None, LIMIT: None}  # what drafts less at larger batches
+
+
+def pass_items(items: list[WorkloadItem]) -> list[WorkloadItem]:
+    """The first PER_DOMAIN prompts of each domain (all of a domain that has fewer), domains in turn."""
+    kept, seen = [], {}
+    for item in items:
+        if seen.get(item.domain, 0) < PER_DOMAIN:
+            kept.append(item)
+            seen[item.domain] = seen.get(item.domain, 0) + 1
+    return interleave_domains(kept, len(kept))
+
+
+def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], run: RunContext) -> None:
+    """Every speculative spec not yet measured in this run (a resumed run skips the done ones), one record each."""
+    todo = [s for s in specs if s.name != "baseline" and run.plan.pending(s.label, ACCEPTANCE)]
+    if not todo:
+        return
+    items = pass_items(load_workload(run.cfg.workload))
+    lm = target.loaded
+    prompts = [lm.tokenizer.encode_chat(item.message_dicts()) for item in items]
+    passed = Target(lm, prompts, items, target.cache)
+    total = len(todo) * len(items) * run.cfg.max_tokens
+    with tqdm(total=total, desc="acceptance pass (untimed)", unit="tok", disable=not run.progress, smoothing=0.05) as bar:
+        for spec in todo:
+            bar.set_postfix_str(spec.label)
+            run.write(measure_acceptance(passed, spec, options_of[spec.label], run.cfg.max_tokens, bar))
+
+
+def as_at_batch_one(spec: MethodSpec) -> MethodSpec:
+    return MethodSpec(spec.name, {k: (AT_BATCH_ONE[k] if k in AT_BATCH_ONE else v) for k, v in spec.params.items()})
+
+
+def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_tokens: int, bar: tqdm | None) -> dict:
+    """One method over the pass's prompts: acceptance and τ by domain, with the prompts each counts."""
+    batch_one = as_at_batch_one(spec)
+    options = {k: v for k, v in options.items() if k != POLICY}
+    params = [SamplingParams(max_tokens=max_tokens)] * len(target.prompts)
+    requests, _ = run_once(target, new_proposer(batch_one, options), BATCH, params, bar)
+    by_domain: dict[str, SpecStats] = {}
+    prompts: dict[str, int] = {}
+    for r, item in zip(requests, target.items, strict=True):
+        by_domain.setdefault(item.domain, SpecStats()).merge(r.stats)
+        prompts[item.domain] = prompts.get(item.domain, 0) + 1
+    total = SpecStats()
+    for stats in by_domain.values():
+        total.merge(stats)
+    return {
+        "kind": ACCEPTANCE,
+        "method": spec.name,
+        "label": spec.label,
+        "drafted_as": batch_one.text,
+        "batch_size": BATCH,
+        "max_tokens": max_tokens,
+        "by_domain": {d: _figures(s, prompts[d]) for d, s in sorted(by_domain.items())},
+        "all": _figures(total, len(requests)),
+    }
+
+
+def _figures(stats: SpecStats, prompts: int) -> dict:
+    return {
+        "prompts": prompts,
+        "acceptance_rate": stats.acceptance_rate,
+        "tau": stats.mean_acceptance_length,
+        "drafted_depth": stats.drafted_depth,
+        "accepted_tokens": stats.accepted_tokens,
+        "steps": stats.steps,
+    }

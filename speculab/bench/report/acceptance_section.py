@@ -1,0 +1,47 @@
+"""The report's headline acceptance table: each method by language over the untimed pass's prompts, counts shown.
+
+Knows: the ``acceptance`` records (``bench/acceptance_pass.py``): per method and domain the prompts, acceptance rate
+and τ of a greedy run drafting as at batch size 1. Does not know: how they were measured, or the timed cells' own
+acceptance (``sections.py`` shows that beside the speeds).
+"""
+
+from __future__ import annotations
+
+from speculab.bench.report.blocks import Block, Heading, Paragraph, Table
+from speculab.bench.report.numbers import DASH, num, pct
+from speculab.bench.report.results import DOMAIN_ORDER, Results
+
+
+def _domains(results: Results) -> list[str]:
+    found = {d for record in results.acceptance.values() for d in record.get("by_domain", {})}
+    return [d for d in DOMAIN_ORDER if d in found] + sorted(found - set(DOMAIN_ORDER))
+
+
+def _figure(figures: dict | None, key: str, fmt) -> str:
+    if not figures or figures.get(key) is None:
+        return DASH
+    return f"{fmt(figures[key])} ({figures.get('prompts', 0)})"
+
+
+def acceptance_pass_blocks(results: Results) -> list[Block]:
+    if not results.acceptance:
+        return []
+    domains = _domains(results)
+    blocks: list[Block] = [Heading(2, "Acceptance by language")]
+    for key, fmt, title in (("acceptance_rate", pct, "Acceptance rate"), ("tau", lambda v: num(v, 2), "Mean τ")):
+        rows = [
+            [label, *(_figure(r["by_domain"].get(d), key, fmt) for d in domains), _figure(r.get("all"), key, fmt)]
+            for label, r in results.acceptance.items()
+        ]
+        source = f"`acceptance.by_domain[domain].{key}` and, in brackets, `.prompts`; `acceptance.all`"
+        blocks.append(Table([f"{title}: method", *domains, "all"], rows, source))
+    some = next(iter(results.acceptance.values()))
+    blocks.append(
+        Paragraph(
+            f"An untimed greedy pass after the timed cells: each method over the first prompts of every domain "
+            f"({some.get('max_tokens', DASH)} tokens each, {some.get('batch_size', DASH)} at a time), drafting as at batch "
+            "size 1 (its batch budget and policy, which only cap larger batches, left out: `acceptance.drafted_as`). "
+            "In fp32 a request's tokens, and so its drafts, do not depend on its batch."
+        )
+    )
+    return blocks
