@@ -52,6 +52,15 @@ def add_launch_parsers(sub) -> None:
         default="auto",
         help="SGLang EAGLE heads: keep the N most frequent tokens as --speculative-token-map (auto, none or N)",
     )
+    e.add_argument(
+        "--format",
+        choices=("engine", "speculators"),
+        default="engine",
+        help="engine: the engine's own layout (launched with --speculative-config); speculators: an EAGLE-3 head in the "
+        "vLLM project's speculators format, which `vllm serve OUT` pairs with its verifier by itself",
+    )
+    e.add_argument("--verifier", type=Path, default=None, help="speculators: the target's folder (default: the embedded model)")
+    e.add_argument("--num-speculative-tokens", type=int, default=3, help="speculators: the chain vLLM drafts (default 3)")
     e.set_defaults(func=cmd_export)
 
 
@@ -116,6 +125,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
         server.stop()
 
 
+def _speculators(args: argparse.Namespace):
+    from speculab.launch.export import SpeculatorsFormat
+    from speculab.models.embedded import resolve_model_path
+
+    if args.format != "speculators":
+        return None
+    return SpeculatorsFormat(resolve_model_path(args.verifier), args.num_speculative_tokens)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from speculab.launch.export import drafter_kind, export_drafter
     from speculab.methods import draft_vocab_size
@@ -128,13 +146,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ValueError(f"--draft-vocab {args.draft_vocab}: give a number of tokens, auto or none")
     wanted = None if vocab == "none" else vocab if vocab == "auto" else int(vocab)
     size = draft_vocab_size("eagle", {"draft_vocab": wanted}, args.drafter) if kind == "eagle" else None
-    exported = export_drafter(args.drafter, args.engine, args.out, size)
+    exported = export_drafter(args.drafter, args.engine, args.out, size, _speculators(args))
     print(
         json.dumps(
             {
                 "out": str(exported.folder),
                 "kind": exported.kind,
                 "engine": exported.engine,
+                "format": args.format,
                 "token_map": str(exported.token_map) if exported.token_map else None,
             }
         )

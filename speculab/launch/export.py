@@ -11,6 +11,7 @@ Knows, per drafter kind (told apart by its tensor names):
   ``--speculative-token-map`` (a torch file of the kept token ids); vLLM has none.
 - **EAGLE-3 head** (``midlayer.*``, ``d2t``): the published layout both engines load;
   ``architectures`` is set to ``LlamaForCausalLMEagle3``.
+- **EAGLE-3 head, speculators format** (``--format speculators``, vLLM only): ``speculators_format.py``.
 - **Draft model**: a clean HF folder (config, weights, tokenizer, generation config). Both
   engines read every ``.safetensors`` in a folder as weights, so speculab's
   ``draft_vocab.safetensors`` and training files stay behind.
@@ -35,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from speculab.files import sha256_of
 from speculab.models.loading import CheckpointError
+from speculab.launch.speculators_format import refuse, write_speculators
 from speculab.models.token_ranking import load_token_ranking
 
 ENGINES = ("vllm", "sglang")
@@ -117,16 +119,32 @@ CONVERTERS: dict[tuple[str, str], Callable[[dict, dict], tuple[dict, dict, list[
 }
 
 
-def export_drafter(source: Path, engine: str, out: Path, draft_vocab: int | None = None) -> Exported:
-    """Write ``source`` (a speculab drafter folder) into ``out`` in ``engine``'s layout."""
+@dataclass(frozen=True)
+class SpeculatorsFormat:
+    """``--format speculators``: the verifier the head drafts for and the chain vLLM drafts."""
+
+    verifier: Path
+    tokens: int
+
+
+def export_drafter(
+    source: Path, engine: str, out: Path, draft_vocab: int | None = None, speculators: SpeculatorsFormat | None = None
+) -> Exported:
+    """Write ``source`` (a speculab drafter folder) into ``out`` in ``engine``'s layout, or the speculators format."""
     if engine not in ENGINES:
         raise ValueError(f"--for {engine}: known engines are {', '.join(ENGINES)}")
     source, out = Path(source), Path(out)
     if out.resolve() == source.resolve():
         raise ValueError(f"{out}: export into a new folder, not over the drafter")
     kind = drafter_kind(source)
+    if speculators is not None and (engine != "vllm" or kind != "eagle3"):
+        if engine != "vllm":
+            raise ValueError("--format speculators: a vLLM format (--for vllm)")
+        refuse(kind)
     out.mkdir(parents=True, exist_ok=True)
-    if kind == "draft":
+    if speculators is not None:
+        changes = write_speculators(source, _weights(source), out, speculators.verifier, speculators.tokens)
+    elif kind == "draft":
         changes = _copy_clean(source, out)
     else:
         config = json.loads((source / "config.json").read_text())
@@ -140,6 +158,7 @@ def export_drafter(source: Path, engine: str, out: Path, draft_vocab: int | None
         "source_sha256": sha256_of(_weights(source)),
         "engine": engine,
         "kind": kind,
+        "format": "speculators" if speculators else engine,
         "changes": changes,
         "token_map": token_map.name if token_map else None,
     }

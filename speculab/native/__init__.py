@@ -38,9 +38,10 @@ SOURCES = tuple(
         "attention_amx.cpp",
         "ops.cpp",
         "layers.cpp",
+        "suffix_tree.cpp",
     )
 )
-HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h"))
+HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h", "suffix_tree.h"))
 NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 

@@ -1,10 +1,12 @@
 // The Python module speculab.native builds: every kernel, bound once.
+#include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include "attention.h"
 #include "bf16_linear.h"
 #include "layers.h"
 #include "ops.h"
+#include "suffix_tree.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &bf16_pack, "pack a [N, K] weight as bf16 panels [ceil(N/16), K, 16]");
@@ -23,4 +25,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("layers"), py::arg("kv"), py::arg("rows"), py::arg("row_start"), py::arg("cache_pos"), py::arg("cos"),
         py::arg("sin"), py::arg("mask"), py::arg("num_heads"), py::arg("num_kv_heads"), py::arg("head_dim"), py::arg("eps"),
         py::arg("capture"), py::arg("attention_max_q"), py::arg("input_norm") = true);
+  py::class_<SuffixTree>(m, "SuffixTree", "suffix decoding's tree (speculative/suffix_tree.py is the reference)")
+      .def(py::init<int64_t>(), py::arg("max_depth"))
+      .def_property_readonly("max_depth", &SuffixTree::max_depth)
+      .def("__contains__", &SuffixTree::contains)
+      .def("extend", &SuffixTree::extend, py::arg("seq_id"), py::arg("tokens"))
+      .def("remove", &SuffixTree::remove, py::arg("seq_id"))
+      .def("speculate", &SuffixTree::speculate, py::arg("context"), py::arg("max_spec_tokens"), py::arg("max_spec_factor"),
+           py::arg("max_spec_offset"), py::arg("min_token_prob"));
 }

@@ -31,6 +31,7 @@ from speculab.speculative.vocab import ReducedVocabulary
 
 
 class DraftModelProposer(Proposer):
+    prefix_chains = True  # a capped draft is the first steps of the same autoregressive draft
     name = "draft"
 
     def __init__(self, model: Transformer, *, num_speculative_tokens: int, draft_vocab: torch.Tensor | None = None):

@@ -37,6 +37,7 @@ class WrappedProposer(Proposer):
         self.max_draft_tokens = inner.max_draft_tokens
         self.needs_features = inner.needs_features
         self.feature_layers = inner.feature_layers
+        self.prefix_chains = inner.prefix_chains
 
     def propose(self, state: ProposeState) -> list[Draft]:
         return self.inner.propose(state)

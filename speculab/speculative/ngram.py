@@ -29,6 +29,7 @@ def lookup(sequence: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
 
 class NgramProposer(Proposer):
     name = "ngram"
+    prefix_chains = True  # the lookup's continuation, cut at the cap
 
     def __init__(self, *, num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int):
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:

@@ -14,9 +14,10 @@ Does not know: any model, the target's cache, or verification.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from speculab.speculative.proposer import Proposer, ProposeState
-from speculab.speculative.suffix_tree import SuffixDraft, SuffixTree
+from speculab.speculative.suffix_tree import SuffixDraft, SuffixTree, new_tree
 from speculab.speculative.tree import Draft
 
 
@@ -24,15 +25,15 @@ class SuffixCache:
     """Each running request's own tree and the tree of the last ``max_cached_requests`` outputs, by request key:
     the calls vLLM makes of ArcticInference's ``SuffixDecodingCache`` (start, add, speculate, stop)."""
 
-    def __init__(self, max_tree_depth: int, max_cached_requests: int) -> None:
-        self.depth, self.max_cached = max_tree_depth, max_cached_requests
-        self.shared = SuffixTree(max_tree_depth)
+    def __init__(self, max_tree_depth: int, max_cached_requests: int, tree: Callable[[int], SuffixTree] = new_tree) -> None:
+        self.depth, self.max_cached, self._tree = max_tree_depth, max_cached_requests, tree
+        self.shared = tree(max_tree_depth)
         self._own: dict[object, SuffixTree] = {}
         self._seq: OrderedDict[object, int] = OrderedDict()  # requests whose output the shared tree holds, oldest first
         self._next_seq = 0
 
     def start(self, key: object, prompt: list[int]) -> None:
-        self._own[key] = SuffixTree(self.depth)
+        self._own[key] = self._tree(self.depth)
         self._own[key].extend(0, prompt)
         if self.max_cached:
             if key in self._seq:
@@ -62,6 +63,8 @@ class SuffixCache:
 
 class SuffixProposer(Proposer):
     name = "suffix"
+    # a capped draft is the uncapped one's prefix unless a lower cap changes which match scores best (rare)
+    prefix_chains = True
 
     def __init__(
         self, *, num_speculative_tokens: int, max_tree_depth: int, max_cached_requests: int, max_spec_factor: float, min_token_prob: float

@@ -30,9 +30,10 @@ def tuning(args: argparse.Namespace) -> Tuning:
 
 def tune(args: argparse.Namespace) -> dict:
     t = tuning(args)
-    caps = list(range(t.proposer().max_draft_tokens + 1))
+    proposer = t.proposer()
+    caps = list(range(proposer.max_draft_tokens + 1))
     cache = warm_prompt_cache(t)
-    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, caps))
+    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, caps), chains=proposer.prefix_chains)
     policy = model.policy()
     checked = check(t, cache, args.batch_sizes, policy, args.check_steps) if args.check_steps else {}
     for b, c in checked.items():

@@ -1,4 +1,4 @@
-"""`speculab export`: drafters in vLLM's and SGLang's layouts; the fc-bias fold is exact."""
+"""`speculab export`: drafters in vLLM's and SGLang's layouts and the speculators format; the fc-bias fold is exact."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from speculab.launch.export import MANIFEST, TOKEN_MAP, drafter_kind, export_drafter
+from speculab.launch.export import MANIFEST, TOKEN_MAP, SpeculatorsFormat, drafter_kind, export_drafter
+from speculab.models.eagle3_head import eagle3_feature_layers
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.models.loading import CheckpointError
@@ -105,3 +106,39 @@ def test_export_refuses_what_it_cannot_read(tmp_path):
         export_drafter(source, "tgi", tmp_path / "out")
     with pytest.raises(ValueError, match="new folder"):
         export_drafter(source, "vllm", source)
+
+
+def test_eagle3_in_the_speculators_format(tmp_path):
+    """What vLLM's speculators reader needs (its real parser and server: test_vllm_speculators_suffix.py)."""
+    hf = tiny_hf_model()
+    source = write_eagle3_head(tmp_path / "head3", hf.config)
+    target = save_tiny_checkpoint(tmp_path / "target")
+    exported = export_drafter(source, "vllm", tmp_path / "out", speculators=SpeculatorsFormat(target, 5))
+    config = json.loads((exported.folder / "config.json").read_text())
+    assert "model_type" not in config  # vLLM reads a folder as speculators only without one
+    assert config["speculators_model_type"] == "eagle3" and config["norm_before_residual"] is False
+    proposal = config["speculators_config"]["proposal_methods"][0]
+    assert (proposal["proposal_type"], proposal["speculative_tokens"]) == ("greedy", 5)
+    assert config["speculators_config"]["verifier"]["name_or_path"] == str(target.resolve())
+    layers = json.loads((target / "config.json").read_text())["num_hidden_layers"]
+    assert config["eagle_aux_hidden_state_layer_ids"] == list(eagle3_feature_layers(layers))
+    assert config["transformer_layer_config"]["num_hidden_layers"] == 1
+    before, after = load_file(source / "model.safetensors"), load_file(exported.folder / "model.safetensors")
+    assert {k.replace("midlayer.", "layers.0.") for k in before} == set(after)
+    assert all(torch.equal(v, after[k.replace("midlayer.", "layers.0.")]) for k, v in before.items())
+    assert json.loads((exported.folder / MANIFEST).read_text())["format"] == "speculators"
+
+
+def test_the_speculators_format_refuses_what_vllm_cannot_load(tmp_path):
+    hf = tiny_hf_model()
+    target = save_tiny_checkpoint(tmp_path / "target")
+    speculators = SpeculatorsFormat(target, 3)
+    with pytest.raises(ValueError, match="no speculators type"):
+        export_drafter(write_eagle_head(tmp_path / "head", hf.config), "vllm", tmp_path / "a", speculators=speculators)
+    with pytest.raises(ValueError, match="draft model has no speculators type"):
+        export_drafter(save_tiny_checkpoint(tmp_path / "draft"), "vllm", tmp_path / "b", speculators=speculators)
+    head3 = write_eagle3_head(tmp_path / "head3", hf.config)
+    with pytest.raises(ValueError, match="--for vllm"):
+        export_drafter(head3, "sglang", tmp_path / "c", speculators=speculators)
+    with pytest.raises(CheckpointError, match="no config.json"):
+        export_drafter(head3, "vllm", tmp_path / "d", speculators=SpeculatorsFormat(tmp_path / "nowhere", 3))

@@ -43,9 +43,9 @@ def test_the_installed_vllms_parser_accepts_every_method(vllm_env, tmp_path):
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
     plans = []
-    for method in ("baseline", "ngram", "draft", "eagle", "eagle3:eagle=/heads/e3", f"draft:policy={policy}"):
+    for method in ("baseline", "ngram", "suffix", "draft", "eagle", "eagle3:eagle=/heads/e3", f"draft:policy={policy}"):
         spec = parse_method(method)
-        drafter = None if spec.name in ("baseline", "ngram") else Path(f"/exported/{spec.name}")
+        drafter = None if spec.name in ("baseline", "ngram", "suffix") else Path(f"/exported/{spec.name}")
         plans.append(
             vllm.vllm_plan(
                 LaunchRequest(

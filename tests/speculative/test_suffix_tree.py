@@ -9,20 +9,35 @@ import pytest
 
 from speculab.launch.environments import vllm_env_dir, vllm_python
 from speculab.speculative.suffix import SuffixCache
-from speculab.speculative.suffix_tree import SuffixTree, _f32
+from speculab.native import kernels
+from speculab.speculative.suffix_tree import NativeSuffixTree, SuffixTree, _f32
 from tests.helpers import require_peer_env
 
 OPS_SCRIPT = Path(__file__).with_name("arctic_suffix_ops.py")
+
+
+def native_tree(depth: int) -> NativeSuffixTree:
+    if kernels() is None:
+        pytest.skip("no native build here (SPECULAB_NATIVE=0 or no AVX2): the Python tree is the one that runs")
+    return NativeSuffixTree(depth, kernels())
+
+
+TREES = {"python": SuffixTree, "native": native_tree}
 
 
 def speculate(tree, context, most=8, factor=1.0, floor=0.1):
     return tree.speculate(context, max_spec_tokens=most, max_spec_factor=factor, max_spec_offset=0.0, min_token_prob=floor)
 
 
-def test_a_repeated_cycle_is_drafted_with_its_frequency():
+@pytest.fixture(params=["python", "native"])
+def make_tree(request):
+    return TREES[request.param]
+
+
+def test_a_repeated_cycle_is_drafted_with_its_frequency(make_tree):
     """ArcticInference 0.3.0's own answer for this sequence (run in vLLM's environment when written): six tokens of
     the cycle and two more, each with probability 2/3 (the match's three occurrences, one at the very end)."""
-    tree = SuffixTree(24)
+    tree = make_tree(24)
     sequence = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2, 3] + [4, 5]
     tree.extend(0, sequence)
     draft = speculate(tree, sequence)
@@ -31,8 +46,8 @@ def test_a_repeated_cycle_is_drafted_with_its_frequency():
     assert draft.score == pytest.approx(5.333333, abs=1e-6)
 
 
-def test_the_floor_and_the_factor_bound_a_draft():
-    tree = SuffixTree(8)
+def test_the_floor_and_the_factor_bound_a_draft(make_tree):
+    tree = make_tree(8)
     tree.extend(0, [1, 2, 3, 1, 2, 4, 1, 2, 3, 9])  # after "1 2": 3 twice, 4 once
     assert speculate(tree, [7, 1, 2], floor=0.7).token_ids == []  # 2/3 < 0.7
     assert speculate(tree, [7, 1, 2], floor=0.5).token_ids[0] == 3
@@ -82,8 +97,8 @@ def random_ops(seed: int, depth: int, vocab: int, adds: int = 6) -> list[list]:
     return ops
 
 
-def ours(depth: int, cached: int, ops: list[list]) -> list[dict]:
-    cache, drafts = SuffixCache(depth, cached), []
+def ours(depth: int, cached: int, ops: list[list], tree=SuffixTree) -> list[dict]:
+    cache, drafts = SuffixCache(depth, cached, tree), []
     for op, key, *args in ops:
         if op == "start":
             cache.start(key, args[0])
@@ -98,11 +113,18 @@ def ours(depth: int, cached: int, ops: list[list]) -> list[dict]:
     return drafts
 
 
+@pytest.mark.parametrize("depth,cached,vocab,adds", [(24, 10000, 5, 6), (8, 3, 4, 6), (6, 2, 2, 30), (4, 3, 2, 30)])
+def test_the_native_tree_drafts_as_the_python_one(depth, cached, vocab, adds):
+    ops = [op for seed in range(6) for op in _keyed(random_ops(seed, depth, vocab, adds), seed)]
+    assert ours(depth, cached, ops, native_tree) == ours(depth, cached, ops, SuffixTree)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("tree", sorted(TREES))
 @pytest.mark.parametrize(
     "depth,cached,vocab,adds", [(24, 10000, 5, 6), (8, 3, 4, 6), (4, 2, 6, 6), (24, 0, 3, 6), (6, 2, 2, 30), (4, 3, 2, 30)]
 )
-def test_drafts_equal_arctic_inference_s(depth, cached, vocab, adds):
+def test_drafts_equal_arctic_inference_s(depth, cached, vocab, adds, tree):
     """The library vLLM's method "suffix" calls, installed in vLLM's environment by `make vllm`: the same calls give
     the same drafts, ties, probabilities (float32), scores and evictions included."""
     require_peer_env(vllm_env_dir(), "vllm")
@@ -111,7 +133,7 @@ def test_drafts_equal_arctic_inference_s(depth, cached, vocab, adds):
     done = subprocess.run([str(vllm_python(create=False)), str(OPS_SCRIPT)], input=spec, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = json.loads(done.stdout.strip().splitlines()[-1])
-    mine = ours(depth, cached, ops)
+    mine = ours(depth, cached, ops, TREES[tree])
     assert len(mine) == len(theirs) > 100
     assert sum(bool(d["token_ids"]) for d in theirs) > len(theirs) // 3  # most calls draft something
     for i, (a, b) in enumerate(zip(mine, theirs)):

@@ -69,3 +69,19 @@ def test_a_gain_within_the_noise_goes_to_the_smaller_cap():
 def test_equal_caps_in_a_row_are_one_entry_and_a_tie_takes_the_smaller_cap():
     m = CostModel.from_steps(steps(1, 0, 10.0, [1]) + steps(1, 1, 20.0, [2]) + steps(2, 0, 10.0, [1, 1]) + steps(2, 1, 20.0, [2, 2]))
     assert m.best(1).cap == 0 and m.policy().by_batch_size == ((1, 0),)
+
+
+def test_a_chain_drafter_is_modelled_from_every_step_truncated_to_each_cap():
+    """Cap 2's steps say what cap 1 would have given (1 + min(accepted, 1)); the time is a fit on draft nodes."""
+    plain = steps(1, 0, 10.0, [1], nodes=0)
+    two = [Step(1, 2, t / 1e3, 0.0, (e,), (d,), ("python",)) for t, e, d in ((12.0, 3, 2), (12.0, 1, 2), (11.0, 1, 1), (12.0, 2, 2))]
+    one = [Step(1, 1, 11.0 / 1e3, 0.0, (e,), (1,), ("sql",)) for e in (2, 1)]
+    m = CostModel.from_steps(plain + two + one, chains=True)
+    # cap 1 from cap 1's and cap 2's request-steps: 1 + min(e - 1, 1) = 2, 1, 1, 2 and 2, 1
+    assert m.acceptance["tau"][1] == pytest.approx(9 / 6) and m.acceptance["tau"][2] == pytest.approx(7 / 4)
+    assert m.acceptance["nodes"] == {0: 0.0, 1: 1.0, 2: pytest.approx(7 / 4)}
+    assert m.acceptance["tau_by_domain"][1] == {"python": 1.5, "sql": 1.5}
+    # the time: exactly 10 ms + 1 ms a node on these steps
+    assert m.cell(1, 2).step_ms == pytest.approx(10 + 7 / 4)
+    assert m.cell(1, 2).predicted_tok_s == pytest.approx((7 / 4) / (11.75 / 1e3))
+    assert m.cell(1, 0).tau == 1.0 and m.cell(1, 0).step_ms == pytest.approx(10.0)
