@@ -146,13 +146,15 @@ METHODS: dict[str, Method] = {
     "ngram": Method(
         {"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None}, lambda p, loaded: dict(p)
     ),
-    # vLLM's suffix_decoding_* defaults (max_tree_depth 24, 10,000 cached requests, factor 1.0, probability 0.1);
-    # num_speculative_tokens is vLLM's max_tree_depth unless set: here 8, BENCHMARKS.md "Suffix decoding"
+    # vLLM's suffix_decoding_* defaults (max_tree_depth 24, factor 1.0, probability 0.1) but for 128 cached outputs,
+    # not 10,000: speculab's tree is uncompressed (a node a token and depth, about 3.5 KB a cached output token where
+    # ArcticInference's compressed one needs a few bytes); num_speculative_tokens is vLLM's max_tree_depth unless set:
+    # here 8, BENCHMARKS.md "Suffix decoding"
     "suffix": Method(
         {
             "num_speculative_tokens": 8,
             "max_tree_depth": 24,
-            "max_cached_requests": 10000,
+            "max_cached_requests": 128,
             "max_spec_factor": 1.0,
             "min_token_prob": 0.1,
             LIMIT: None,

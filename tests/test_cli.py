@@ -64,6 +64,7 @@ def test_generate_embedded_model_subprocess():
     "method,extra",
     [
         ("ngram", []),
+        ("suffix", []),
         ("draft", ["--draft", "SELF"]),
         ("eagle", ["--eagle", "HEAD", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),
         ("eagle3", ["--eagle", "HEAD3", "--topk", "2", "--num-steps", "3", "--num-draft-tokens", "6"]),

@@ -38,6 +38,7 @@ class WrappedProposer(Proposer):
         self.needs_features = inner.needs_features
         self.feature_layers = inner.feature_layers
         self.prefix_chains = inner.prefix_chains
+        self.learns_across_requests = inner.learns_across_requests
 
     def propose(self, state: ProposeState) -> list[Draft]:
         return self.inner.propose(state)

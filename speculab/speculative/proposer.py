@@ -52,6 +52,7 @@ class Proposer:
     max_draft_tokens = 0  # the most draft nodes a single propose() returns per request
     needs_features = False  # True when it reads the target's hidden states (EAGLE)
     feature_layers: tuple[int, ...] = ()  # target layers whose inputs form the features; () = the final hidden state
+    learns_across_requests = False  # drafts from other requests' outputs too (suffix decoding's shared tree)
     prefix_chains = False  # drafts chains, and a draft capped at c nodes is the first c of the uncapped one (tune uses it)
 
     @property

@@ -65,6 +65,7 @@ class SuffixProposer(Proposer):
     name = "suffix"
     # a capped draft is the uncapped one's prefix unless a lower cap changes which match scores best (rare)
     prefix_chains = True
+    learns_across_requests = True
 
     def __init__(
         self, *, num_speculative_tokens: int, max_tree_depth: int, max_cached_requests: int, max_spec_factor: float, min_token_prob: float

@@ -18,6 +18,7 @@ from speculab.speculative.policy import SpeculationPolicy
 from speculab.tune.cost_model import mean
 from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_caps, run_steps
 
+COVER = 12  # every run takes at least this many prompts: three of each domain
 TIMED_BLOCKS = 3  # per cap and batch size, at least: each block's first step is not timed
 
 
@@ -38,8 +39,8 @@ class Tuning:
 
     def run(self, batch_size: int, steps_wanted: int) -> Run:
         """The prompts in turn, as many requests as give about ``steps_wanted`` decode steps at ``batch_size``
-        (a request takes about max_tokens / 2 steps), and at least every prompt once."""
-        n = max(len(self.prompts), math.ceil(steps_wanted * batch_size * 2 / self.max_tokens))
+        (a request takes about max_tokens / 2 steps), and at least the first COVER prompts once (each domain)."""
+        n = max(min(len(self.prompts), COVER), math.ceil(steps_wanted * batch_size * 2 / self.max_tokens))
         n = math.ceil(n / batch_size) * batch_size
         picked = [i % len(self.prompts) for i in range(n)]
         return Run([self.prompts[i] for i in picked], [self.domains[i] for i in picked], batch_size, self.max_tokens)

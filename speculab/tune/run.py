@@ -6,7 +6,7 @@ import argparse
 import json
 
 from speculab.bench.workload import interleave_domains, load_workload
-from speculab.methods import POLICY, parse_method, proposer_options
+from speculab.methods import POLICY, new_proposer, parse_method, proposer_options
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
 from speculab.testbed import testbed
@@ -16,6 +16,11 @@ from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
 from speculab.tuned_policies import machine_id, tuned_paths
 
 
+# a drafter that learns from earlier outputs (suffix decoding's shared tree) would learn a prompt's output the first
+# time and draft it perfectly the next: its runs take prompts that do not repeat (a 16-request batch needs about 100)
+DISTINCT_PROMPTS = 124
+
+
 def tuning(args: argparse.Namespace) -> Tuning:
     spec = parse_method(args.method)
     if POLICY not in spec.params:
@@ -23,9 +28,13 @@ def tuning(args: argparse.Namespace) -> Tuning:
     if spec.params[POLICY] is not None:
         raise ValueError("--method: tune chooses the policy; name the method without one")
     loaded = load(args.model, args.dtype, args.device, args.kv_dtype)
-    items = interleave_domains(load_workload(args.workload), args.num_prompts)
+    options = proposer_options(spec, loaded)
+    wanted = args.num_prompts
+    if new_proposer(spec, options).learns_across_requests:
+        wanted = max(wanted, DISTINCT_PROMPTS)
+    items = interleave_domains(load_workload(args.workload), wanted)
     prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
-    return Tuning(loaded, spec, proposer_options(spec, loaded), prompts, [i.domain for i in items], args.max_tokens, not args.quiet)
+    return Tuning(loaded, spec, options, prompts, [i.domain for i in items], args.max_tokens, not args.quiet)
 
 
 def tune(args: argparse.Namespace) -> dict:
