@@ -149,10 +149,10 @@ METHODS: dict[str, Method] = {
     # vLLM's suffix_decoding_* defaults (max_tree_depth 24, factor 1.0, probability 0.1) but for 128 cached outputs,
     # not 10,000: speculab's tree is uncompressed (a node a token and depth, about 3.5 KB a cached output token where
     # ArcticInference's compressed one needs a few bytes); num_speculative_tokens is vLLM's max_tree_depth unless set:
-    # here 8, BENCHMARKS.md "Suffix decoding"
+    # here 4, as fast as 8 at batch 1-2 and faster from 4 on (BENCHMARKS.md, "Suffix decoding")
     "suffix": Method(
         {
-            "num_speculative_tokens": 8,
+            "num_speculative_tokens": 4,
             "max_tree_depth": 24,
             "max_cached_requests": 128,
             "max_spec_factor": 1.0,
