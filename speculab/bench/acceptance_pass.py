@@ -59,7 +59,8 @@ def as_at_batch_one(spec: MethodSpec) -> MethodSpec:
 def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_tokens: int, bar: tqdm | None) -> dict:
     """One method over the pass's prompts: acceptance and τ by domain, with the prompts each counts."""
     batch_one = as_at_batch_one(spec)
-    options = {k: v for k, v in options.items() if k != POLICY}
+    # the options were built from the spec as the cells run it: its batch budget is in them, its policy too
+    options = {k: (AT_BATCH_ONE[k] if k in AT_BATCH_ONE else v) for k, v in options.items() if k != POLICY}
     params = [SamplingParams(max_tokens=max_tokens)] * len(target.prompts)
     requests, _ = run_once(target, new_proposer(batch_one, options), BATCH, params, bar)
     by_domain: dict[str, SpecStats] = {}
