@@ -66,7 +66,9 @@ def speculators_config(head: dict, verifier: Path, tokens: int) -> dict:
         "speculators_version": SPECULATORS_VERSION,
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": tokens, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": tokens, "verifier_accept_k": 1, "accept_tolerance": 0.0}
+            ],
             "default_proposal_method": "greedy",
             "verifier": {"name_or_path": str(verifier.resolve()), "architectures": target.get("architectures", ["LlamaForCausalLM"])},
         },

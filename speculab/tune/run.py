@@ -15,7 +15,6 @@ from speculab.tune.engines import engine_settings
 from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
 from speculab.tuned_policies import machine_id, tuned_paths
 
-
 # a drafter that learns from earlier outputs (suffix decoding's shared tree) would learn a prompt's output the first
 # time and draft it perfectly the next: its runs take prompts that do not repeat (a 16-request batch needs about 100)
 DISTINCT_PROMPTS = 124

@@ -54,7 +54,9 @@ def speculab_counts(loaded, prompts, method: str) -> tuple[list[list[int]], dict
         (r,) = engine.generate([ids], SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
         outputs.append(r.output_ids)
         positions = r.stats.accepted_per_position
-        accepted = [a + b for a, b in zip(accepted + [0] * len(positions), positions + [0] * len(accepted))][: max(len(accepted), len(positions))]
+        accepted = [a + b for a, b in zip(accepted + [0] * len(positions), positions + [0] * len(accepted))][
+            : max(len(accepted), len(positions))
+        ]
         drafted, drafts = drafted + r.stats.draft_nodes, drafts + r.stats.drafts
     return outputs, {"accepted_per_position": accepted, "draft_tokens": drafted, "drafts": drafts}
 
@@ -76,7 +78,11 @@ def vllm_counts(vllm_env: Path, target: Path, method: str, prompts, tmp_path: Pa
     while positions and positions[-1] == 0:
         positions.pop()
     values = counters.values
-    return outputs, {"accepted_per_position": positions, "draft_tokens": int(values["num_draft_tokens"]), "drafts": int(values["num_drafts"])}
+    return outputs, {
+        "accepted_per_position": positions,
+        "draft_tokens": int(values["num_draft_tokens"]),
+        "drafts": int(values["num_drafts"]),
+    }
 
 
 def test_suffix_decoding_in_vllm_accepts_what_speculab_accepts(vllm_env, prompts, tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from speculab.launch.environments import vllm_env_dir, vllm_python
-from speculab.speculative.suffix import SuffixCache
 from speculab.native import kernels
+from speculab.speculative.suffix import SuffixCache
 from speculab.speculative.suffix_tree import NativeSuffixTree, SuffixTree, _f32
 from tests.helpers import require_peer_env
 
