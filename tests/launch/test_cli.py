@@ -75,7 +75,7 @@ def test_a_user_target_needs_its_own_drafter(capsys, tmp_path):
 def test_export_prints_what_it_wrote(capsys, tmp_path):
     head = write_eagle_head(tmp_path / "head", tiny_hf_model().config)
     assert main(["export", "--for", "vllm", str(head), str(tmp_path / "out")]) == 0
-    assert last_json(capsys) == {"out": str(tmp_path / "out"), "kind": "eagle", "engine": "vllm", "token_map": None}
+    assert last_json(capsys) == {"out": str(tmp_path / "out"), "kind": "eagle", "engine": "vllm", "format": "engine", "token_map": None}
     assert main(["export", "--for", "sglang", str(head), str(tmp_path / "o2"), "--draft-vocab", "lots"]) == 2
     assert "--draft-vocab lots" in capsys.readouterr().err
 
