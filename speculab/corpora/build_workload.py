@@ -48,8 +48,8 @@ def _source(name: str) -> Source:
     return next(s for s in SOURCES if s.name == name)
 
 
-def _chat_tokens(tokenizer, text: str) -> int:
-    return len(tokenizer.encode_chat([{"role": "user", "content": text}]))
+def _user(content: str) -> dict:
+    return {"role": "user", "content": content}
 
 
 def build(tokenizer) -> list[dict]:
@@ -70,31 +70,13 @@ def build(tokenizer) -> list[dict]:
                 continue
             task = tasks[taken % len(tasks)]
             content = code_prompt(file, task, window)
-            records.append(
-                {
-                    "domain": source.domain,
-                    "task": task,
-                    "messages": [{"role": "user", "content": content}],
-                    "source": file.file_id,
-                    "license": source.license,
-                    "prompt_tokens": _chat_tokens(tokenizer, content),
-                }
-            )
+            records.append(_record(source.domain, task, [_user(content)], file.file_id, source.license, tokenizer))
             taken += 1
         if taken < wanted:
             raise SystemExit(f"{source.label}: only {taken} of {wanted} benchmark files have a usable window")
     for name, spec in TPC_SPECS.items():
         content = TPC_TEMPLATE.format(spec=spec)
-        records.append(
-            {
-                "domain": "sql",
-                "task": "schema",
-                "messages": [{"role": "user", "content": content}],
-                "source": f"speculab:{name}",
-                "license": "Apache-2.0 (written for speculab)",
-                "prompt_tokens": _chat_tokens(tokenizer, content),
-            }
-        )
+        records.append(_record("sql", "schema", [_user(content)], f"speculab:{name}", "Apache-2.0 (written for speculab)", tokenizer))
     records += agentic(tokenizer, used={r["source"] for r in records})
     counters: dict[str, int] = {}
     for r in records:
