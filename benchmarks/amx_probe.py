@@ -1,5 +1,5 @@
-"""Would AMX pay for the linears here? speculab's fp32 kernels (the AVX512 FMA one and, since the fifteenth session,
-its own AMX one) against oneDNN's prepacked bf16 matmul (AMX where the CPU has it), on two of the model's shapes
+"""Would AMX pay for the linears here? speculab's fp32 kernels (the AVX512 FMA one and, where the CPU has
+AMX, its own AMX one) against oneDNN's prepacked bf16 matmul (AMX where the CPU has it), on two of the model's shapes
 (gate|up 3,072 x 576 and down 576 x 1,536), the weights read from memory.
 
 Knows: the time per call of ``kernels.linear`` on FMA-packed weights (fp32 activations, bf16 weights, fp32 FMA

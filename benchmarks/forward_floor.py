@@ -5,9 +5,9 @@ In one run, interleaved, medians of ``--repeats`` with [min, max], after a 1,200
   CPU has AMX) and the AVX512 attention, only where the CPU has AMX;
 - ``native-avx512``: speculab's fp32 path on a bf16 checkpoint (the default where the native kernels are built),
   with the AVX512 kernels (``bf16_linear_avx512.cpp``, ``attention_avx512.cpp``) where the CPU has AVX512F;
-- ``native-avx2``: the same path with the AVX2 kernels (the kernels before issue 26);
-- ``onednn-bf16``: bf16 with oneDNN's packed matmuls and the Python layer loop (the default on AMX/AVX512-BF16
-  CPUs before issue 26), only where the CPU computes bf16 natively.
+- ``native-avx2``: the same path with the AVX2 kernels (what a CPU without AVX512F runs);
+- ``onednn-bf16``: bf16 with oneDNN's packed matmuls and the Python layer loop (``--dtype bfloat16``;
+  the default on AMX/AVX512-BF16 CPUs without the native kernels built), only where the CPU computes bf16 natively.
 For each batch size and q: the forward's ms, T(q)/T(1), and the memory floor of ``machine_floor.py`` (weights once
 plus every row's K/V over the bandwidth measured in this run) as a share of the forward. For the native variants,
 the breakdown: every linear of the model on the step's rows alone (the weights' share), the attention over the

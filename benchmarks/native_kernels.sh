@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's figures (BENCHMARKS.md, "Native kernels"): one run, nothing else on the machine.
+# The native kernels' figures (BENCHMARKS.md, "Native kernels"): one run, nothing else on the machine.
 # Each line's last stdout line is one JSON document, appended to $OUT_DIR/<name>.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."

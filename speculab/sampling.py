@@ -57,7 +57,7 @@ def greedy_tokens(logits: Tensor) -> list[int]:
 
     logits: [..., vocab]; returns the ids as nested lists shaped like ``logits.shape[:-1]``.
     Why numpy on a CPU: torch's CPU argmax is not vectorised (66 us for one 49,152-token row, 140 us for a
-    4-token verify's rows on the Xeon of BENCHMARKS.md's sixteenth-session section); numpy's takes 3 and 11 us.
+    4-token verify's rows on a 2-core AMX Xeon, ``benchmarks/greedy_argmax.py``); numpy's takes 3 and 11 us.
     """
     if logits.device.type != "cpu":
         return logits.argmax(-1).tolist()

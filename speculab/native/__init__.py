@@ -5,7 +5,7 @@ build lives (the cache folder, keyed by torch's version, the sources' hash and t
 that build it, so a changed source or torch is rebuilt, never loaded stale, and two checkouts never rebuild
 each other's build), and when it cannot run here (no AVX2/FMA, or ``SPECULAB_NATIVE=0``).
 Also: on a CPU with AMX, weights are packed for the AMX kernel unless ``SPECULAB_AMX=0`` (the AVX512 FMA kernel
-instead: faster at one row, slower from 8 rows; BENCHMARKS.md, issue 26).
+instead: faster at one row, slower from 8 rows; BENCHMARKS.md, "Verify cost").
 Does not know: when a kernel pays (``models/linear.py`` decides); without a build, callers keep the
 pure-PyTorch path, which stays tested.
 """

@@ -49,7 +49,7 @@ constexpr int64_t kGroup = 4;    // panels per pass: accumulators in tiles 0-3, 
 // Each panel's weights are fetched into L1 two tiles (2 KiB) ahead. Measured on the gate|up and down shapes: 1 and 3-4
 // tiles ahead were within 2%, 6-8 ahead 5-15% slower, none 20% slower; fetching into L2 as well, further ahead (the
 // same panel or the next group's), 5-20% slower; the group's four panels interleaved into one stream 10-18% slower;
-// three panels a pass with two weight tiles taking turns, no better (BENCHMARKS.md, fifteenth session).
+// three panels a pass with two weight tiles taking turns, no better (BENCHMARKS.md, "Verify cost").
 constexpr int64_t kPrefetchBlocks = 2;
 
 // Linux hands a process the tile registers only on request (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).

@@ -5,7 +5,7 @@ import pytest
 
 from speculab.bench.budget import prompts_per_batch, rate_at
 
-RATES = {1: 36.0, 16: 100.0}  # plain decoding tok/s at batch 1 and 16 on the machine of the eighth session
+RATES = {1: 36.0, 16: 100.0}  # plain decoding tok/s at batch 1 and 16 on a 2-core AVX2 machine
 
 
 def test_rates_between_the_measured_sizes_are_geometric_in_log2_batch():

@@ -223,7 +223,7 @@ def test_vllms_own_benchmark_client_reads_speculab_serve_as_bench_endpoint_does(
     assert ours["failed"] == 0 and theirs["total_output_tokens"] == ours["output_tokens"] > 0
     assert theirs["spec_decode_accepted_tokens"] == ours["accepted_tokens"] and theirs["spec_decode_draft_tokens"] == ours["draft_tokens"]
     assert abs(theirs["spec_decode_acceptance_rate"] - 100 * ours["acceptance_rate"]) <= 1.0
-    # the case: random prompts, 4 in flight, every token counted (it counted 1,002 of 1,024 before)
+    # random prompts on the completions endpoint, 4 in flight: every token counted
     rand = client[:4] + ["--base-url", eagle_server.url, "--endpoint", "/v1/completions", "--model", "SmolLM2-135M-Instruct"]
     rand += ["--tokenizer", str(embedded_model_path()), "--dataset-name", "random", "--random-input-len", "256"]
     rand += ["--random-output-len", "48", "--num-prompts", "12", "--max-concurrency", "4", "--ignore-eos", "--save-result"]
