@@ -31,7 +31,7 @@ def add_bench_parsers(sub) -> None:
         const="full",
         help="the whole workload: 124 prompts (the study's 100 and the agentic 24), 600 output tokens, 3 repeats (for GPU machines)",
     )
-    b.set_defaults(profile="quick")
+    b.set_defaults(profile=None)  # None: --quick, or on --resume the run's own
     b.add_argument(
         "--methods",
         nargs="+",
@@ -41,19 +41,23 @@ def add_bench_parsers(sub) -> None:
     )
     _add_server_flags(b)
     add_policy_flag(b)
-    b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    b.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default: 1 2 4 8 16")
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
     b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
     b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
-    b.add_argument("--temperature", type=float, default=0.0)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--temperature", type=float, default=None, help="default: 0 (greedy)")
+    b.add_argument("--seed", type=int, default=None, help="prompt i is sampled with seed SEED + i (default: 0)")
     b.add_argument(
         "--workload",
         default=None,
         help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped workload, 100 coding prompts and 24 agentic conversations)",
     )
     b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
-    b.add_argument("--resume", action="store_true", help="continue the run in --out, skipping finished cells")
+    b.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out with its recorded settings, skipping finished cells (a flag that contradicts them is refused)",
+    )
     b.add_argument(
         "--prompt-cache",
         dest="prompt_cache",
@@ -96,7 +100,7 @@ def _add_server_flags(b) -> None:
         "--engine",
         dest="engines",
         nargs="+",
-        default=["speculab"],
+        default=None,
         choices=["speculab", "vllm", "sglang"],
         help="where --methods run: speculab in-process (the default) and/or vLLM or SGLang, launched once per "
         "method (speculab launch) and measured over HTTP; e.g. --engine speculab vllm",
@@ -107,47 +111,65 @@ def _add_server_flags(b) -> None:
     b.add_argument("--engine-port", type=int, default=8300, help="the port a launched engine listens on (127.0.0.1)")
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace, resumed=None):
+    """The run's settings from the command line; a flag not given takes the ``resumed`` run's value (``--resume``),
+    else its default."""
     from speculab.bench.plan import PROFILES, BenchConfig
-    from speculab.methods import parse_method, with_policy
 
-    profile = PROFILES[args.profile]
-    if any(b < 1 for b in args.batch_sizes):
+    def given(flag_value, field: str, default):
+        return flag_value if flag_value is not None else getattr(resumed, field) if resumed is not None else default
+
+    custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
+    name = args.profile or (resumed.profile.split("+")[0] if resumed is not None else "quick")
+    profile = PROFILES[name]
+    batch_sizes = tuple(given(args.batch_sizes, "batch_sizes", (1, 2, 4, 8, 16)))
+    if any(b < 1 for b in batch_sizes):
         raise ValueError("--batch-sizes must be positive")
     chosen = {
-        "num_prompts": args.num_prompts or profile["num_prompts"],
-        "max_tokens": args.max_tokens or profile["max_tokens"],
-        "repeats": args.repeats or profile["repeats"],
-        "prompt_cache": profile["prompt_cache"] if args.prompt_cache is None else args.prompt_cache,
+        "num_prompts": given(args.num_prompts, "num_prompts", profile["num_prompts"]),
+        "max_tokens": given(args.max_tokens, "max_tokens", profile["max_tokens"]),
+        "repeats": given(args.repeats, "repeats", profile["repeats"]),
+        "prompt_cache": given(args.prompt_cache, "prompt_cache", profile["prompt_cache"]),
         # --num-prompts asks for that many prompts in every cell; otherwise the profile's budget sizes them
-        "time_budget_s": profile["time_budget_s"] if args.num_prompts is None else None,
+        "time_budget_s": None if args.num_prompts is not None else given(None, "time_budget_s", profile["time_budget_s"]),
     }
-    custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
-    names = args.methods if args.methods is not None else [] if (args.endpoint or args.baseline_endpoint) else DEFAULT_METHODS
-    methods = tuple(with_policy(parse_method(m), args.policy) for m in names)
-    endpoints = _endpoints(args)
+    endpoints = _endpoints(args) if args.endpoint or args.baseline_endpoint or resumed is None else resumed.endpoints
+    methods = _methods(args, resumed, endpoints)
     if not methods and not endpoints:
         raise ValueError("nothing to measure: give --methods or --endpoint")
-    labels = [m.label for m in methods]
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
     return BenchConfig(
         methods=methods,
-        batch_sizes=tuple(args.batch_sizes),
-        temperature=args.temperature,
-        seed=args.seed,
-        workload=args.workload,
-        profile=args.profile + ("+custom" if custom else ""),
-        dtype=args.dtype,
-        kv_dtype=args.kv_dtype,
-        model=args.model,
+        batch_sizes=batch_sizes,
+        temperature=given(args.temperature, "temperature", 0.0),
+        seed=given(args.seed, "seed", 0),
+        workload=given(args.workload, "workload", None),
+        profile=resumed.profile if resumed is not None and args.profile in (None, name) else name + ("+custom" if custom else ""),
+        dtype=given(args.dtype, "dtype", None),
+        kv_dtype=given(args.kv_dtype, "kv_dtype", None),
+        model=given(args.model, "model", None),
         endpoints=endpoints,
         request_timeout=args.request_timeout,
-        engines=tuple(dict.fromkeys(args.engines)),
+        engines=tuple(dict.fromkeys(given(args.engines, "engines", ("speculab",)))),
         engine_python=args.engine_python,
         engine_port=args.engine_port,
         **chosen,
     )
+
+
+def _methods(args: argparse.Namespace, resumed, endpoints: tuple) -> tuple:
+    """``--methods`` (default: DEFAULT_METHODS, or none when endpoints are measured) under ``--policy``."""
+    from speculab.methods import parse_method, with_policy
+
+    if args.methods is None and resumed is not None:
+        found = resumed.methods
+    else:
+        names = args.methods if args.methods is not None else [] if endpoints else DEFAULT_METHODS
+        found = tuple(parse_method(m) for m in names)
+    methods = tuple(with_policy(m, args.policy) for m in found)
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"--methods repeats a method with the same parameters: {labels}")
+    return methods
 
 
 def _endpoints(args: argparse.Namespace) -> tuple:
@@ -167,10 +189,14 @@ def _endpoints(args: argparse.Namespace) -> tuple:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from speculab.bench.report import build_report, summary
+    from speculab.bench.resume import recorded_config, refuse_contradictions
     from speculab.bench.runner import run_bench
     from speculab.bench.workload import load_workload
 
-    cfg = config_from_args(args)
+    recorded = recorded_config(args.out, args.api_key) if args.resume else None
+    cfg = config_from_args(args, recorded)
+    if recorded is not None:
+        refuse_contradictions(cfg, recorded, args.out)
     load_workload(cfg.workload)  # a bad workload fails before any model loads
     results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     paths = build_report(results, args.out)

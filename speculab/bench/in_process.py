@@ -1,7 +1,7 @@
 """The cells ``speculab bench`` measures in its own process: a method at a batch size on the loaded target.
 
 Knows: the target and its prompts (their prefill shared through a prompt cache in ``--quick``), warm-up, repeats
-(the median repeat's figures), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
+taking turns in rounds across the methods of one batch size (the median repeat's figures, and every round's tok/s), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
 ITL at p50 and p99, τ and acceptance overall, per domain and per position, peak memory, greedy identity with the
 baseline and, where outputs part, whether at a near-tie) and how many prompts each batch size runs under a time
 budget (``budget.py``).
@@ -23,7 +23,7 @@ from speculab.bench.budget import calibrate, prompts_per_batch
 from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
-from speculab.bench.plan import BenchConfig
+from speculab.bench.plan import BenchConfig, RunContext
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
@@ -116,18 +116,53 @@ def run_once(
     return requests, time.perf_counter() - start
 
 
-def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> dict:
-    params = [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
-    runs = []
+@dataclass
+class Repeat:
+    """One run of a cell's prompts: its rate, its requests and (greedy) each token's logit margins."""
+
+    tok_s: float
+    wall_s: float
+    tokens: int
+    requests: list[Request]
+    margins: list[list[LogitMargin]]
+    peak_rss_bytes: int
+
+
+def sampling_params(target: Target, cfg: BenchConfig) -> list[SamplingParams]:
+    """Each prompt's sampling parameters: the run's temperature, a fixed seed per prompt (the same every repeat)."""
+    return [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
+
+
+def run_repeat(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> Repeat:
+    """One repeat of a cell: every prompt through a fresh proposer at ``batch_size``."""
     reset_peak_memory()
-    for _ in range(cfg.repeats):
-        # at temperature 0 each token's logit margins are kept: where outputs part, they tell rounding from a bug
-        margins = MarginsByRequest() if cfg.temperature == 0 else None
-        requests, wall = run_once(target, new_proposer(spec, options), batch_size, params, bar, margins)
-        tokens = sum(len(r.output_ids) for r in requests)
-        runs.append((tokens / wall, wall, tokens, requests, margins.of(requests) if margins is not None else [[] for _ in requests]))
-    runs.sort(key=lambda run: run[0])
-    tok_s, wall, tokens, requests, margins = runs[len(runs) // 2]  # the median repeat
+    # at temperature 0 each token's logit margins are kept: where outputs part, they tell rounding from a bug
+    margins = MarginsByRequest() if cfg.temperature == 0 else None
+    requests, wall = run_once(target, new_proposer(spec, options), batch_size, sampling_params(target, cfg), bar, margins)
+    tokens = sum(len(r.output_ids) for r in requests)
+    kept = margins.of(requests) if margins is not None else [[] for _ in requests]
+    return Repeat(tokens / wall, wall, tokens, requests, kept, peak_memory())
+
+
+def measure_in_rounds(
+    target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig, run: RunContext
+) -> list[dict]:
+    """The cells of ``specs`` at one batch size, their repeats taking turns in rounds (baseline, A, B, baseline, A, B,
+    ...): a drift in the machine's speed reaches every method of a round alike, so a method's per-round ratio to the
+    baseline of its round cancels it. Each cell's record (baseline first), once every round has run."""
+    repeats: dict[str, list[Repeat]] = {s.label: [] for s in specs}
+    for round_index in range(cfg.repeats):
+        for spec in specs:
+            run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats} {spec.label}")
+            repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
+    return [cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg) for s in specs]
+
+
+def cell_record(target: Target, spec: MethodSpec, options: dict, repeats: list[Repeat], batch_size: int, cfg: BenchConfig) -> dict:
+    """A cell's record from its repeats, in the order they ran (``tok_s_by_round``): the median repeat's figures, and
+    greedy identity with the baseline's outputs at this batch size (a baseline's own outputs become that reference)."""
+    median = sorted(repeats, key=lambda r: r.tok_s)[len(repeats) // 2]
+    requests, margins = median.requests, median.margins
     outputs = [r.output_ids for r in requests]
     if spec.name == "baseline":
         target.baseline_outputs[batch_size] = outputs
@@ -142,14 +177,15 @@ def measure_cell(target: Target, spec: MethodSpec, options: dict, batch_size: in
         "params": spec.params,
         "batch_size": batch_size,
         "num_prompts": len(requests),
-        "repeats": cfg.repeats,
-        "output_tokens": tokens,
-        "wall_s": wall,
-        "tok_s": tok_s,
-        "tok_s_repeats": sorted(run[0] for run in runs),
+        "repeats": len(repeats),
+        "output_tokens": median.tokens,
+        "wall_s": median.wall_s,
+        "tok_s": median.tok_s,
+        "tok_s_repeats": sorted(r.tok_s for r in repeats),
+        "tok_s_by_round": [r.tok_s for r in repeats],
         **request_timings(requests),
         **_stats(requests, target.items),
-        "peak_rss_bytes": peak_memory(),
+        "peak_rss_bytes": max(r.peak_rss_bytes for r in repeats),
         "greedy_identical": (outputs == reference) if greedy else None,
         "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),

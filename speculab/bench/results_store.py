@@ -1,13 +1,18 @@
 """``results.jsonl``, the one place a ``speculab bench`` run writes to and the report reads from.
 
 Knows: one JSON object per line, appended and flushed as results arrive; a line cut by a kill is dropped before
-the next record; which records a resumed run needs back (its baselines' outputs: the references of greedy identity).
+the next record; one writer at a time (an advisory lock on the folder, released by the kernel when the process ends,
+however it ends); which records a resumed run needs back (its baselines' outputs: the references of greedy identity).
 Does not know: what the records hold beyond their kind, run id, label and batch size.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +25,28 @@ class ResultsFile:
 
     def __init__(self, path: Path):
         self.path = path
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """The file's one writer: a second process asking while this one holds it is refused, naming the holder."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        with lock_path.open("a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip() or "unknown"
+                raise RuntimeError(
+                    f"{self.path.parent} is in use by another speculab bench (pid {holder}): wait for it to end, or pass another --out"
+                ) from None
+            lock.seek(0)
+            lock.truncate()
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def read(self) -> list[dict]:
         return read_records(self.path)

@@ -3,7 +3,7 @@
 The order: the plan (``plan.py``: which run, which cells are left) -> the checks that can fail before any model
 loads (endpoints answer, launched engines can run every method) -> the target and its warm-up (``in_process.py``)
 -> the run record (settings, machine, models, memory estimates, sizing) -> every cell, batch-major, each kind by
-its executor: in-process (``in_process.py``), an endpoint (``over_http/endpoint.py``), an engine speculab launches
+its executor: in-process (``in_process.py``: the methods of one batch size in rounds, taking turns), an endpoint (``over_http/endpoint.py``), an engine speculab launches
 (``over_http/launched_engines.py``) -> the in-process methods' untimed acceptance pass (``acceptance_pass.py``) ->
 each record appended as it arrives (``results_store.py``). A killed run
 resumes with ``--resume``: the cells it measured are skipped and a cut last line is dropped.
@@ -24,7 +24,7 @@ from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
-from speculab.bench.plan import BenchConfig, RunContext, plan_run
+from speculab.bench.plan import BenchConfig, RunContext, RunPlan, plan_run
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, MethodSpec, draft_vocab_size, drafter_path, proposer_options
@@ -38,46 +38,70 @@ from speculab.testbed import model_record, testbed
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
-    previous = results.read()
-    if previous and not resume:
-        raise FileExistsError(f"{results.path} exists: pass --resume to continue that run, or another --out")
-    plan = plan_run(previous, resume)
-    results.truncate_partial_line()
-    endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
-    references = References.of_run(previous, plan.run_id)
-    items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
-    target = in_process.load_target(cfg, items) if cfg.in_process else None
-    reference = ReferenceModel(cfg.model, cfg.dtype, target.loaded if target else None)
-    check_plans(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
-    specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
-    options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
-    if target is not None:
-        target.baseline_outputs, target.baseline_margins = references.outputs, references.margins
-        in_process.warm_up(target, specs, options_of, progress)
-    sizing = in_process.sizing(cfg, target, plan.previous_run)
-    results.append(run_record(cfg, plan.run_id, target, bool(plan.done), endpoints) | sizing)
-    served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
-    # batch-major: the cells compared with each other run minutes apart at most, so a shared machine's
-    # drift in speed biases a speedup less than a method-major order (all of one method, then the next)
-    todo = [(s, b) for b in cfg.batch_sizes for s in [*specs, *served] if plan.pending(_label(s), b)]
-    per_batch = sizing.get("prompts_per_batch", {})
-    cells = [per_batch.get(b, len(items)) if isinstance(s, MethodSpec) else len(items) for s, b in todo]
-    cells += [len(items) for e in cfg.launched for s in cfg.methods for b in cfg.batch_sizes if plan.pending(engine_label(e, s), b)]
-    with tqdm(total=sum(cells) * cfg.max_tokens * cfg.repeats, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
-        run = RunContext(cfg, plan, results, out, bar, progress)
-        for what, batch_size in todo:
-            run.show(f"{_label(what)} b{batch_size}")
-            if isinstance(what, MethodSpec):
-                cell = in_process.measure_cell(target.first(per_batch[batch_size]), what, options_of[what.label], batch_size, cfg, bar)
-                run.write(cell | {"transport": "in-process", "engine": "speculab"})
-            else:
-                run.write(_endpoint_cell(what, batch_size, items, references, run))
+    with results.hold():  # a second `speculab bench` on this --out is refused while this one runs
+        previous = results.read()
+        if previous and not resume:
+            raise FileExistsError(f"{results.path} exists: pass --resume to continue that run, or another --out")
+        plan = plan_run(previous, resume)
+        results.truncate_partial_line()
+        endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
+        references = References.of_run(previous, plan.run_id)
+        items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
+        target = in_process.load_target(cfg, items) if cfg.in_process else None
+        reference = ReferenceModel(cfg.model, cfg.dtype, target.loaded if target else None)
+        check_plans(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
+        specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
+        options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         if target is not None:
-            run_acceptance_pass(target, specs, options_of, run)
-        ours = {b: [target.loaded.tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
-        for engine in cfg.launched:
-            measure_engine(engine, run, items, reference, ours)
+            target.baseline_outputs, target.baseline_margins = references.outputs, references.margins
+            in_process.warm_up(target, specs, options_of, progress)
+        sizing = in_process.sizing(cfg, target, plan.previous_run)
+        results.append(run_record(cfg, plan.run_id, target, bool(plan.done), endpoints) | sizing)
+        with tqdm(
+            total=_tokens_left(cfg, plan, specs, endpoints, sizing, len(items)),
+            desc="bench",
+            unit="tok",
+            disable=not progress,
+            smoothing=0.05,
+        ) as bar:
+            run = RunContext(cfg, plan, results, out, bar, progress)
+            _measure_cells(run, target, specs, options_of, sizing, endpoints, items, references)
+            if target is not None:
+                run_acceptance_pass(target, specs, options_of, run)
+            ours = (
+                {b: [target.loaded.tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
+            )
+            for engine in cfg.launched:
+                measure_engine(engine, run, items, reference, ours)
     return results.path
+
+
+def _tokens_left(cfg: BenchConfig, plan: RunPlan, specs: list[MethodSpec], endpoints: dict, sizing: dict, num_items: int) -> int:
+    """Output tokens the run's cells have left to generate (the progress bar's total)."""
+    per_batch = sizing.get("prompts_per_batch", {})
+    cells = [per_batch.get(b, num_items) for b in cfg.batch_sizes for s in specs if plan.pending(s.label, b)]
+    cells += [num_items for b in cfg.batch_sizes for info in endpoints.values() if plan.pending(info.label, b)]
+    cells += [num_items for e in cfg.launched for s in cfg.methods for b in cfg.batch_sizes if plan.pending(engine_label(e, s), b)]
+    return sum(cells) * cfg.max_tokens * cfg.repeats
+
+
+def _measure_cells(
+    run: RunContext, target, specs: list[MethodSpec], options_of: dict, sizing: dict, endpoints: dict, items, references
+) -> None:
+    """Every timed cell left, batch-major; within a batch size the in-process methods' repeats take turns in rounds
+    (``in_process.measure_in_rounds``): the cells compared with each other run seconds apart, so a shared machine's
+    drift in speed reaches them alike. Then the endpoints at that batch size, their baseline first."""
+    served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
+    for batch_size in run.cfg.batch_sizes:
+        pending = [s for s in specs if run.plan.pending(s.label, batch_size)]
+        if pending:
+            prompts = target.first(sizing["prompts_per_batch"][batch_size])
+            for cell in in_process.measure_in_rounds(prompts, pending, options_of, batch_size, run.cfg, run):
+                run.write(cell | {"transport": "in-process", "engine": "speculab"})
+        for what in served:
+            if run.plan.pending(what[1].label, batch_size):
+                run.show(f"{what[1].label} b{batch_size}")
+                run.write(_endpoint_cell(what, batch_size, items, references, run))
 
 
 def _endpoint_cell(served: tuple, batch_size: int, items, references: References, run: RunContext) -> dict:
@@ -131,7 +155,3 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     if kind in AUTO_DRAFT_VOCAB and (size := draft_vocab_size(kind, spec.params, path)) is not None:
         options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, kv_dtype_bytes=kv_bytes, **options)
-
-
-def _label(what) -> str:
-    return what.label if isinstance(what, MethodSpec) else what[1].label

@@ -1,0 +1,76 @@
+"""``speculab bench --resume``: a resumed run is the same run.
+
+Knows: the settings a run recorded (its last run record's ``config`` in ``results.jsonl``), rebuilt as a
+``BenchConfig``; which of them a command line may change on resume (where a launched engine listens, how long an
+HTTP request may take, the endpoints' key: nothing a figure depends on); and which flag contradicts the recorded
+run, by name.
+Does not know: how the run goes on (``runner.py``), or how the command line is parsed (``cli.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+from speculab.bench.plan import BenchConfig
+from speculab.jsonl import read_records
+from speculab.methods import MethodSpec
+
+# settings a resumed run may change: none of them changes what a cell measures
+OPERATIONAL = ("request_timeout", "engine_python", "engine_port")
+FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that names them
+    "methods": "--methods/--policy",
+    "batch_sizes": "--batch-sizes",
+    "num_prompts": "--num-prompts",
+    "max_tokens": "--max-tokens",
+    "repeats": "--repeats",
+    "temperature": "--temperature",
+    "seed": "--seed",
+    "workload": "--workload",
+    "profile": "--quick/--full",
+    "time_budget_s": "--num-prompts",
+    "dtype": "--dtype",
+    "kv_dtype": "--kv-dtype",
+    "model": "--model",
+    "prompt_cache": "--prompt-cache/--no-prompt-cache",
+    "endpoints": "--endpoint/--baseline-endpoint/--label/--served-model",
+    "engines": "--engine",
+}
+
+
+def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
+    """The settings of the run in ``out`` (its last run record), with ``api_key`` for its endpoints (never recorded)."""
+    from speculab.bench.over_http.endpoint import Endpoint
+
+    results = out / "results.jsonl"
+    runs = [r for r in read_records(results) if r.get("kind") == "run"]
+    if not runs:
+        raise ValueError(f"--resume: {results} holds no run to resume; start one without --resume")
+    config = runs[-1]["config"]
+    if "method_params" not in config:
+        raise ValueError(f"--resume: {results} was written by an older speculab that did not record its methods' settings")
+    known = {f.name for f in fields(BenchConfig)} - {"methods", "endpoints"}
+    values = {k: v for k, v in config.items() if k in known}
+    methods = tuple(MethodSpec(p["name"], {k: v for k, v in p.items() if k != "name"}) for p in config["method_params"].values())
+    endpoints = tuple(
+        Endpoint(e["url"], e.get("label"), api_key, e.get("served_model"), e.get("baseline", False)) for e in config.get("endpoints", [])
+    )
+    values["batch_sizes"] = tuple(values["batch_sizes"])
+    values["engines"] = tuple(values.get("engines", ("speculab",)))
+    return BenchConfig(methods=methods, endpoints=endpoints, **values)
+
+
+def refuse_contradictions(given: BenchConfig, recorded: BenchConfig, out: Path) -> None:
+    """A flag whose value differs from the recorded run's is refused, naming the flag and both values."""
+    mine, theirs = given.record(), recorded.record()
+    for field, flag in FLAGS.items():
+        if field in OPERATIONAL or mine.get(field) == theirs.get(field):
+            continue
+        raise ValueError(
+            f"--resume: {flag} gives {field}={_shown(mine.get(field))}, but the run in {out} was started with "
+            f"{_shown(theirs.get(field))}; drop the flag to continue that run, or pass another --out"
+        )
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
