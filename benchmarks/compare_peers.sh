@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The peer comparisons recorded in BENCHMARKS.md, run one after another (never in parallel:
 # this is a 2-core machine). Each command's last stdout line is one JSON document; they are
-# collected into $OUT (default benchmarks/results/compare_peers.jsonl).
+# collected into $OUT (default benchmarks/results/peers/epyc-avx2-2026-11-30/compare_peers.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-benchmarks/results/compare_peers.jsonl}
+OUT=${OUT:-benchmarks/results/peers/epyc-avx2-2026-11-30/compare_peers.jsonl}
 mkdir -p "$(dirname "$OUT")"
 SPECULAB=${SPECULAB:-.venv/bin/speculab}
 run() { echo "+ speculab $*" >&2; "$SPECULAB" "$@" | tail -n 1 | tee -a "$OUT"; }

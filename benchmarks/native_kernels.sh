@@ -3,7 +3,7 @@
 # Each line's last stdout line is one JSON document, appended to $OUT_DIR/<name>.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT_DIR=${OUT_DIR:-benchmarks/results/native-kernels}
+OUT_DIR=${OUT_DIR:-benchmarks/results/native-kernels/epyc-avx2-2026-12-01}
 mkdir -p "$OUT_DIR"
 PY=.venv/bin/python
 SPECULAB=.venv/bin/speculab

@@ -15,11 +15,11 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from speculab.bench.in_process import Target, run_once
-from speculab.bench.plan import ACCEPTANCE, RunContext
+from speculab.bench.settings import ACCEPTANCE, RunContext
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
 from speculab.methods import LIMIT, POLICY, MethodSpec, new_proposer
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 PER_DOMAIN = 12
 BATCH = 16
@@ -38,7 +38,7 @@ def pass_items(items: list[WorkloadItem]) -> list[WorkloadItem]:
 
 def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], run: RunContext) -> None:
     """Every speculative spec not yet measured in this run (a resumed run skips the done ones), one record each."""
-    todo = [s for s in specs if s.name != "baseline" and run.plan.pending(s.label, ACCEPTANCE)]
+    todo = [s for s in specs if s.name != "baseline" and run.state.pending(s.label, ACCEPTANCE)]
     if not todo:
         return
     items = pass_items(load_workload(run.cfg.workload))

@@ -114,7 +114,7 @@ def _add_server_flags(b) -> None:
 def config_from_args(args: argparse.Namespace, resumed=None):
     """The run's settings from the command line; a flag not given takes the ``resumed`` run's value (``--resume``),
     else its default."""
-    from speculab.bench.plan import PROFILES, BenchConfig
+    from speculab.bench.settings import PROFILES, BenchConfig
 
     def given(flag_value, field: str, default):
         return flag_value if flag_value is not None else getattr(resumed, field) if resumed is not None else default

@@ -4,7 +4,7 @@ Knows: the target and its prompts (their prefill shared through a prompt cache i
 taking turns in rounds across the methods of one batch size (the median repeat's figures, and every round's tok/s), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
 ITL at p50 and p99, τ and acceptance overall, per domain and per position, peak memory, greedy identity with the
 baseline and, where outputs part, whether at a near-tie) and how many prompts each batch size runs under a time
-budget (``budget.py``).
+budget (``sizing.py``).
 
 Does not know: the results file, HTTP cells, or how proposers work.
 """
@@ -19,18 +19,18 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.agreement import prefix_agreement
-from speculab.bench.budget import calibrate, prompts_per_batch
 from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
-from speculab.bench.plan import BenchConfig, RunContext
+from speculab.bench.settings import BenchConfig, RunContext
+from speculab.bench.sizing import calibrate, prompts_per_batch
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
 from speculab.request import Request
 from speculab.runtime import LoadedModel, load
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 
 def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:

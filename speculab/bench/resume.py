@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from speculab.bench.plan import BenchConfig
+from speculab.bench.settings import BenchConfig
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec
 

@@ -1,6 +1,6 @@
-"""``speculab bench``: a run from its plan to ``results.jsonl``, one way.
+"""``speculab bench``: a run from its settings to ``results.jsonl``, one way.
 
-The order: the plan (``plan.py``: which run, which cells are left) -> the checks that can fail before any model
+The order: the run's state (``settings.py``: which run, which cells are left) -> the checks that can fail before any model
 loads (endpoints answer, launched engines can run every method) -> the target and its warm-up (``in_process.py``)
 -> the run record (settings, machine, models, memory estimates, sizing) -> every cell, batch-major, each kind by
 its executor: in-process (``in_process.py``: the methods of one batch size in rounds, taking turns), an endpoint (``over_http/endpoint.py``), an engine speculab launches
@@ -24,8 +24,8 @@ from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
-from speculab.bench.plan import BenchConfig, RunContext, RunPlan, plan_run
 from speculab.bench.results_store import References, ResultsFile
+from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, MethodSpec, draft_vocab_size, drafter_path, proposer_options
 from speculab.models.config import ModelConfig
@@ -42,10 +42,10 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         previous = results.read()
         if previous and not resume:
             raise FileExistsError(f"{results.path} exists: pass --resume to continue that run, or another --out")
-        plan = plan_run(previous, resume)
+        state = run_state(previous, resume)
         results.truncate_partial_line()
         endpoints = probe_all(cfg.endpoints)  # a server that is down fails the run before any model loads
-        references = References.of_run(previous, plan.run_id)
+        references = References.of_run(previous, state.run_id)
         items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
         target = in_process.load_target(cfg, items) if cfg.in_process else None
         reference = ReferenceModel(cfg.model, cfg.dtype, target.loaded if target else None)
@@ -55,16 +55,16 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         if target is not None:
             target.baseline_outputs, target.baseline_margins = references.outputs, references.margins
             in_process.warm_up(target, specs, options_of, progress)
-        sizing = in_process.sizing(cfg, target, plan.previous_run)
-        results.append(run_record(cfg, plan.run_id, target, bool(plan.done), endpoints) | sizing)
+        sizing = in_process.sizing(cfg, target, state.previous_run)
+        results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing)
         with tqdm(
-            total=_tokens_left(cfg, plan, specs, endpoints, sizing, len(items)),
+            total=_tokens_left(cfg, state, specs, endpoints, sizing, len(items)),
             desc="bench",
             unit="tok",
             disable=not progress,
             smoothing=0.05,
         ) as bar:
-            run = RunContext(cfg, plan, results, out, bar, progress)
+            run = RunContext(cfg, state, results, out, bar, progress)
             _measure_cells(run, target, specs, options_of, sizing, endpoints, items, references)
             if target is not None:
                 run_acceptance_pass(target, specs, options_of, run)
@@ -76,12 +76,12 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
     return results.path
 
 
-def _tokens_left(cfg: BenchConfig, plan: RunPlan, specs: list[MethodSpec], endpoints: dict, sizing: dict, num_items: int) -> int:
+def _tokens_left(cfg: BenchConfig, state: RunState, specs: list[MethodSpec], endpoints: dict, sizing: dict, num_items: int) -> int:
     """Output tokens the run's cells have left to generate (the progress bar's total)."""
     per_batch = sizing.get("prompts_per_batch", {})
-    cells = [per_batch.get(b, num_items) for b in cfg.batch_sizes for s in specs if plan.pending(s.label, b)]
-    cells += [num_items for b in cfg.batch_sizes for info in endpoints.values() if plan.pending(info.label, b)]
-    cells += [num_items for e in cfg.launched for s in cfg.methods for b in cfg.batch_sizes if plan.pending(engine_label(e, s), b)]
+    cells = [per_batch.get(b, num_items) for b in cfg.batch_sizes for s in specs if state.pending(s.label, b)]
+    cells += [num_items for b in cfg.batch_sizes for info in endpoints.values() if state.pending(info.label, b)]
+    cells += [num_items for e in cfg.launched for s in cfg.methods for b in cfg.batch_sizes if state.pending(engine_label(e, s), b)]
     return sum(cells) * cfg.max_tokens * cfg.repeats
 
 
@@ -93,13 +93,13 @@ def _measure_cells(
     drift in speed reaches them alike. Then the endpoints at that batch size, their baseline first."""
     served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
     for batch_size in run.cfg.batch_sizes:
-        pending = [s for s in specs if run.plan.pending(s.label, batch_size)]
+        pending = [s for s in specs if run.state.pending(s.label, batch_size)]
         if pending:
             prompts = target.first(sizing["prompts_per_batch"][batch_size])
             for cell in in_process.measure_in_rounds(prompts, pending, options_of, batch_size, run.cfg, run):
                 run.write(cell | {"transport": "in-process", "engine": "speculab"})
         for what in served:
-            if run.plan.pending(what[1].label, batch_size):
+            if run.state.pending(what[1].label, batch_size):
                 run.show(f"{what[1].label} b{batch_size}")
                 run.write(_endpoint_cell(what, batch_size, items, references, run))
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from speculab.bench import in_process, plan
+from speculab.bench import in_process, settings
 from speculab.cli import main
 from speculab.engine import Engine, PromptCache
 from speculab.sampling import SamplingParams
@@ -259,7 +259,7 @@ def test_method_specs_parse_with_defaults_and_labels():
 
 
 def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(plan.PROFILES, "quick", {**plan.PROFILES["quick"], "time_budget_s": 1e-3})
+    monkeypatch.setitem(settings.PROFILES, "quick", {**settings.PROFILES["quick"], "time_budget_s": 1e-3})
     args = [a for a in bench_args(setup, tmp_path / "run") if a not in ("--num-prompts", "6")]
     assert main(args) == 0
     run = next(json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if '"run"' in line)
@@ -287,7 +287,7 @@ def test_a_bf16_kv_cache_is_recorded_and_stays_lossless(setup, tmp_path):
 def test_policy_auto_runs_what_tune_chose_and_the_cells_record_it(setup, tmp_path, monkeypatch):
     """`speculab tune` on the target, then `bench` with policy=auto: the ngram cells carry the tuned table and stay
     greedy-identical to the baseline."""
-    monkeypatch.setattr("speculab.tuned_policies.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
+    monkeypatch.setattr("speculab.tune.store.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
     root, target, draft, workload = setup
     ngram = "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3"
     tune = ["tune", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--method", ngram]

@@ -19,7 +19,7 @@ from pathlib import Path
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
 from speculab.bench.over_http.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
-from speculab.bench.plan import RunContext
+from speculab.bench.settings import RunContext
 from speculab.launch.prepare import prepare
 from speculab.launch.server import EngineServer
 from speculab.methods import MethodSpec
@@ -72,7 +72,7 @@ def measure_engine(engine: str, run: RunContext, items, reference: ReferenceMode
     texts: dict[int, list[str]] = {}  # batch size -> the engine's baseline outputs
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
         label = engine_label(engine, spec)
-        sizes = [b for b in cfg.batch_sizes if run.plan.pending(label, b)]
+        sizes = [b for b in cfg.batch_sizes if run.state.pending(label, b)]
         if not sizes:
             continue
         servers = run.out / "servers"

@@ -3,7 +3,7 @@ record and the cells: ``test_runner.py``)."""
 
 import pytest
 
-from speculab.bench.budget import prompts_per_batch, rate_at
+from speculab.bench.sizing import prompts_per_batch, rate_at
 
 RATES = {1: 36.0, 16: 100.0}  # plain decoding tok/s at batch 1 and 16 on a 2-core AVX2 machine
 

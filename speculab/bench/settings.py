@@ -18,7 +18,7 @@ from speculab.bench.results_store import ResultsFile
 from speculab.methods import MethodSpec
 
 ACCEPTANCE = "acceptance"  # the acceptance pass's record kind (acceptance_pass.py)
-PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (budget.py)
+PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (sizing.py)
     "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
     "full": dict(num_prompts=124, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
 }
@@ -35,7 +35,7 @@ class BenchConfig:
     seed: int = 0
     workload: str | None = None
     profile: str = "quick"
-    time_budget_s: float | None = None  # in-process cells sized to it (budget.py); None: every prompt in every cell
+    time_budget_s: float | None = None  # in-process cells sized to it (sizing.py); None: every prompt in every cell
     dtype: str | None = None
     kv_dtype: str | None = None  # None: the model's
     model: str | None = None
@@ -66,7 +66,7 @@ class BenchConfig:
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunState:
     run_id: str
     done: frozenset[tuple[str, int | str]]  # (label, batch size) measured already in this run; (label, ACCEPTANCE) passed
     previous_run: dict | None  # the run record a resumed run continues (its sizing is kept)
@@ -75,28 +75,28 @@ class RunPlan:
         return (label, batch_size) not in self.done
 
 
-def plan_run(previous: list[dict], resume: bool) -> RunPlan:
+def run_state(previous: list[dict], resume: bool) -> RunState:
     """A new run, or with ``resume`` the last one in ``previous`` (the results file's records)."""
     runs = [r for r in previous if r.get("kind") == "run"]
     run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
     done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
     done |= {(r["label"], ACCEPTANCE) for r in previous if r.get("kind") == ACCEPTANCE and r.get("run_id") == run_id}
-    return RunPlan(run_id, frozenset(done), runs[-1] if runs and resume else None)
+    return RunState(run_id, frozenset(done), runs[-1] if runs and resume else None)
 
 
 @dataclass
 class RunContext:
-    """What every kind of cell is handed: the settings, the plan, where records go, and the progress bar."""
+    """What every kind of cell is handed: the settings, the run's state, where records go, and the progress bar."""
 
     cfg: BenchConfig
-    plan: RunPlan
+    state: RunState
     results: ResultsFile
     out: Path  # the run's folder (launched engines keep their commands and logs under out/servers)
     bar: tqdm | None = None
     progress: bool = True
 
     def write(self, cell: dict) -> None:
-        self.results.append({"run_id": self.plan.run_id, **cell})
+        self.results.append({"run_id": self.state.run_id, **cell})
 
     def show(self, what: str) -> None:
         if self.bar is not None:
