@@ -240,8 +240,15 @@ def _write_records(run: TrainRun, result, history: list[dict], acceptance: dict)
         "acceptance": acceptance,
         "steps": result.steps_done,
         "target": str(run.loaded.path),
+        "settings": _settings(args),  # what the card's prose says, as data
     }
     manifest_data = {k: v for k, v in data.items() if k != "files"} | {"num_files": len(data["files"])}
     write_manifest(args.out, command=run.command, data=manifest_data, train_seconds=result.seconds, extra=extra)
     (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
     return card
+
+
+def _settings(args) -> dict:
+    """The run's parsed flags (paths as text), as the manifest records them."""
+    kept = {k: v for k, v in vars(args).items() if not callable(v)}
+    return {k: str(v) if isinstance(v, Path) else v for k, v in kept.items()}

@@ -74,9 +74,16 @@ def test_missing_weights_and_config(tmp_path):
 
 
 def test_safetensors_preferred_over_bin(tmp_path):
-    save_tiny_checkpoint(tmp_path, safe=True)
-    (tmp_path / "pytorch_model.bin").write_bytes(b"not a pickle")  # would fail if read
-    load_model(tmp_path)
+    save_tiny_checkpoint(tmp_path, safe=True, seed=3)
+    other = tmp_path / "other"
+    save_tiny_checkpoint(other, safe=False, seed=4)  # a loadable pickle with other weights: reading it would change the logits
+    (other / "pytorch_model.bin").rename(tmp_path / "pytorch_model.bin")
+    tokens = torch.tensor([[5, 9, 2, 7]])
+    reference = tiny_hf_model(seed=3).eval()
+    with torch.no_grad():
+        expected = reference(tokens).logits
+        assert not torch.allclose(tiny_hf_model(seed=4).eval()(tokens).logits, expected)  # the two checkpoints differ
+        assert torch.allclose(logits_of(load_model(tmp_path, torch.float32), tokens), expected, atol=1e-5)
 
 
 def test_config_reads_both_rope_spellings():
