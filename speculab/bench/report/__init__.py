@@ -1,9 +1,11 @@
 """The benchmark report from results.jsonl: report.md, a self-contained report.html, PNG plots, a summary dict.
 
 Every number in the report is a results.jsonl field or computed from fields named next to the table; no
-figure is canned. Modules: ``results`` (reading results.jsonl), ``findings`` (break-even points, winners,
-the recommendation), ``numbers`` (formatting), ``sections`` (what the report says, as typed blocks),
-``blocks`` (the block types, Markdown and HTML), ``plots`` (PNG).
+figure is canned. Modules: ``results`` (reading results.jsonl), ``speedups`` (a speedup, paired by round or not,
+and how the run's were measured), ``labels`` (short labels), ``findings`` (break-even points, winners, the
+recommendation), ``numbers`` (formatting), ``sections`` and the ``*_section`` modules (what the report says, as
+typed blocks), ``acceptance_data`` (the acceptance figures plotted), ``blocks`` (the block types, Markdown and
+HTML), ``plots`` (PNG).
 
 Does not know: how cells were measured (``speculab.bench.in_process``, ``speculab.bench.over_http``) or how
 memory is estimated (``speculab.models.memory``); it reads what they stored.
@@ -38,7 +40,8 @@ def build_report(results_path: str | Path, out_dir: str | Path) -> dict[str, str
 
 
 def summary(results_path: str | Path) -> dict[str, Any]:
-    """Per label and batch size: tok_s, speedup, tau, acceptance_rate; plus each label's break-even. JSON-serialisable."""
+    """Per label (the full one) and batch size: tok_s, speedup, tau, acceptance_rate; each label's break-even and its
+    short form in the report. JSON-serialisable."""
     results = load_results(results_path)
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     breaks: dict[str, dict[str, Any]] = {}
@@ -55,4 +58,10 @@ def summary(results_path: str | Path) -> dict[str, Any]:
         if not results.is_baseline(label):
             be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
             breaks[label] = {"last_faster": be.last_faster, "first_slower": be.first_slower, "crossing": be.crossing}
-    return {"run_id": (results.run or {}).get("run_id"), "baseline": results.baseline_label, "cells": cells, "break_even": breaks}
+    return {
+        "run_id": (results.run or {}).get("run_id"),
+        "baseline": results.baseline_label,
+        "short_labels": results.short_names,
+        "cells": cells,
+        "break_even": breaks,
+    }

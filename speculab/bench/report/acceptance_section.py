@@ -1,20 +1,17 @@
 """The report's headline acceptance table: each method by language over the untimed pass's prompts, counts shown.
 
 Knows: the ``acceptance`` records (``bench/acceptance_pass.py``): per method and domain the prompts, acceptance rate
-and τ of a greedy run drafting as at batch size 1. Does not know: how they were measured, or the timed cells' own
+and τ of a greedy run drafting as at batch size 1, also plotted (``plots.py``). Does not know: how they were measured, or the timed cells' own
 acceptance (``sections.py`` shows that beside the speeds).
 """
 
 from __future__ import annotations
 
-from speculab.bench.report.blocks import Block, Heading, Paragraph, Table
+from speculab.bench.report.acceptance_data import pass_domains
+from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
 from speculab.bench.report.numbers import DASH, num, pct
-from speculab.bench.report.results import DOMAIN_ORDER, Results
-
-
-def _domains(results: Results) -> list[str]:
-    found = {d for record in results.acceptance.values() for d in record.get("by_domain", {})}
-    return [d for d in DOMAIN_ORDER if d in found] + sorted(found - set(DOMAIN_ORDER))
+from speculab.bench.report.plots import PLOT_FILES
+from speculab.bench.report.results import Results
 
 
 def _figure(figures: dict | None, key: str, fmt) -> str:
@@ -26,11 +23,11 @@ def _figure(figures: dict | None, key: str, fmt) -> str:
 def acceptance_pass_blocks(results: Results) -> list[Block]:
     if not results.acceptance:
         return []
-    domains = _domains(results)
+    domains = pass_domains(results)
     blocks: list[Block] = [Heading(2, "Acceptance by language")]
     for key, fmt, title in (("acceptance_rate", pct, "Acceptance rate"), ("tau", lambda v: num(v, 2), "Mean τ")):
         rows = [
-            [label, *(_figure(r["by_domain"].get(d), key, fmt) for d in domains), _figure(r.get("all"), key, fmt)]
+            [results.short(label), *(_figure(r["by_domain"].get(d), key, fmt) for d in domains), _figure(r.get("all"), key, fmt)]
             for label, r in results.acceptance.items()
         ]
         source = f"`acceptance.by_domain[domain].{key}` and, in brackets, `.prompts`; `acceptance.all`"
@@ -44,4 +41,4 @@ def acceptance_pass_blocks(results: Results) -> list[Block]:
             "In fp32 a request's tokens, and so its drafts, do not depend on its batch."
         )
     )
-    return blocks
+    return [*blocks, Image(PLOT_FILES["acceptance"], "Acceptance rate by language (untimed pass)")]

@@ -1,6 +1,7 @@
 """Findings computed from the numbers: break-even batch sizes, who is fastest where, the recommendation.
 
-Knows: the measured cells (``Results``). Does not know: rendering; every sentence is built from fields.
+Knows: the measured cells (``Results``) and their speedups (``Results.measured_speedup``, the one the tables
+show); methods by their short labels. Does not know: rendering; every sentence is built from fields.
 """
 
 from __future__ import annotations
@@ -96,20 +97,21 @@ def break_even_text(results: Results, label: str, be: BreakEven) -> str:
     return text
 
 
-def recommendation(results: Results) -> str:
-    base = results.baseline_label
-    ranked = winners(results)
-    sentences = []
+def winner_runs(results: Results) -> list[tuple[str, list[int]]]:
+    """(label, batch sizes) for each run of consecutive batch sizes one label is fastest at."""
     runs: list[tuple[str, list[int]]] = []
-    for b, order in ranked.items():
+    for b, order in winners(results).items():
         if not order:
             continue
         if runs and runs[-1][0] == order[0][0]:
             runs[-1][1].append(b)
         else:
             runs.append((order[0][0], [b]))
+    return runs
 
-    def figures(label: str, b: int) -> str:
+
+def _fastest_sentence(results: Results, label: str, batches: list[int], ranked: dict[int, list[tuple[str, float]]]) -> str:
+    def figures(b: int) -> str:
         order = ranked[b]
         tok = results.tok_s(label, b)
         parts = [f"{num(tok)} tok/s at batch {b}"]
@@ -117,44 +119,54 @@ def recommendation(results: Results) -> str:
             parts.append(f"{times(results.speedup(label, b))} baseline")
         if len(order) > 1:
             second, second_tok = order[1]
-            parts.append(f"{100 * (tok / second_tok - 1):+.0f}% over {second}")
+            parts.append(f"{100 * (tok / second_tok - 1):+.0f}% over {results.short(second)}")
         return ", ".join(parts)
 
-    for label, batches in runs:
-        where = ranges(batches, results.batch_sizes)
-        ends = [batches[0]] if len(batches) == 1 else [batches[0], batches[-1]]
-        name = f"plain decoding ({label})" if results.is_baseline(label) else label
-        sentences.append(f"At batch {where}, {name} is fastest: " + "; ".join(figures(label, b) for b in ends) + ".")
+    where = ranges(batches, results.batch_sizes)
+    ends = [batches[0]] if len(batches) == 1 else [batches[0], batches[-1]]
+    name = f"plain decoding ({results.short(label)})" if results.is_baseline(label) else results.short(label)
+    return f"At batch {where}, {name} is fastest: " + "; ".join(figures(b) for b in ends) + "."
+
+
+def _memory_sentence(results: Results, label: str) -> str:
+    mem = results.memory(label)
+    if not mem:
+        return f"{results.short(label)}: no memory estimate recorded."
+    base = results.baseline_label
     base_mem = results.memory(base) if base else None
-    for label in dict.fromkeys(lab for lab, _ in runs if not results.is_baseline(lab)):
-        mem = results.memory(label)
-        if not mem:
-            sentences.append(f"{label}: no memory estimate recorded.")
-            continue
-        text = f"{label} costs {size(mem.get('drafter_weights_bytes'))} of drafter weights and {size(mem.get('drafter_kv_bytes_per_token'))} of KV per token"
-        target_kv = mem.get("target_kv_bytes_per_token")
-        if target_kv:
-            text += f" ({100 * mem.get('drafter_kv_bytes_per_token', 0) / target_kv:.1f}% of the target's {size(target_kv)})"
-        tokens = mem.get("kv_capacity_tokens")
-        if tokens is not None:
-            text += f", leaving KV room for {count(tokens)} tokens ({count(mem.get('kv_capacity_sessions'))} sessions of {mem.get('session_tokens')})"
-            if base_mem and base_mem.get("kv_capacity_tokens"):
-                text += f" against {count(base_mem['kv_capacity_tokens'])} without speculation ({100 * (tokens / base_mem['kv_capacity_tokens'] - 1):+.1f}%)"
-        sentences.append(text + ".")
-    if not base:
-        sentences.append("There is no baseline in these results, so no speedups.")
-    verdict = "; ".join(
-        f"{'no speculation' if results.is_baseline(lab) else lab} at batch {ranges(bs, results.batch_sizes)}" for lab, bs in runs
+    text = f"{results.short(label)} costs {size(mem.get('drafter_weights_bytes'))} of drafter weights and {size(mem.get('drafter_kv_bytes_per_token'))} of KV per token"
+    target_kv = mem.get("target_kv_bytes_per_token")
+    if target_kv:
+        text += f" ({100 * mem.get('drafter_kv_bytes_per_token', 0) / target_kv:.1f}% of the target's {size(target_kv)})"
+    tokens = mem.get("kv_capacity_tokens")
+    if tokens is not None:
+        text += f", leaving KV room for {count(tokens)} tokens ({count(mem.get('kv_capacity_sessions'))} sessions of {mem.get('session_tokens')})"
+        if base_mem and base_mem.get("kv_capacity_tokens"):
+            text += f" against {count(base_mem['kv_capacity_tokens'])} without speculation ({100 * (tokens / base_mem['kv_capacity_tokens'] - 1):+.1f}%)"
+    return text + "."
+
+
+def recommendation(results: Results) -> list[str]:
+    """Paragraphs: who is fastest where; what each winner costs in memory; the recommendation."""
+    base = results.baseline_label
+    ranked = winners(results)
+    runs = winner_runs(results)
+    fastest = [_fastest_sentence(results, label, batches, ranked) for label, batches in runs]
+    memory = [_memory_sentence(results, lab) for lab in dict.fromkeys(lab for lab, _ in runs if not results.is_baseline(lab))]
+    verdict = [] if base else ["There is no baseline in these results, so no speedups."]
+    chosen = "; ".join(
+        f"{'no speculation' if results.is_baseline(lab) else results.short(lab)} at batch {ranges(bs, results.batch_sizes)}"
+        for lab, bs in runs
     )
-    if verdict:
-        sentences.append(f"Recommendation from these measurements: {verdict}.")
-    setting = _one_setting(runs, base)
+    if chosen:
+        verdict.append(f"**Recommendation from these measurements:** {chosen}.")
+    setting = _one_setting(results, runs, base)
     if setting:
-        sentences.append(setting)
-    return " ".join(sentences)
+        verdict.append(setting)
+    return [" ".join(p) for p in (fastest, memory, verdict) if p]
 
 
-def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> str | None:
+def _one_setting(results: Results, runs: list[tuple[str, list[int]]], base: str | None) -> str | None:
     """When one speculative method wins every batch size below those where plain decoding wins, the one
     server setting that follows both: that method with speculation switched off above its range."""
     spec = {lab for lab, _ in runs if lab != base}
@@ -166,7 +178,7 @@ def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> str | N
     if max(spec_batches) >= min(base_batches):
         return None
     return (
-        f"As one server setting: {label} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
-        f"above {max(spec_batches)} running requests (measure it as `{label.split('(')[0]}:...,disable_by_batch_size="
+        f"As one server setting: {results.short(label)} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
+        f"above {max(spec_batches)} running requests (measure it as `{results.method(label)}:...,disable_by_batch_size="
         f"{max(spec_batches)}`)."
     )

@@ -1,4 +1,6 @@
-"""How numbers are written in the report: one formatter per kind of figure, a dash for a missing one."""
+"""How numbers are written in the report: one formatter per kind of figure, a dash for a missing one.
+
+Does not know: how a figure was measured (``speedups.py``, ``results.py``)."""
 
 from __future__ import annotations
 
@@ -39,15 +41,24 @@ def count(n: int | None) -> str:
     return DASH if n is None else f"{n:,}"
 
 
+def speedup_text(results: Results, label: str, batch: int) -> str:
+    """``2.45×`` and, where the speedup has a spread, ``2.45× [2.31–2.52]`` (``speedups.py``)."""
+    found = results.measured_speedup(label, batch)
+    if found is None:
+        return DASH
+    if found.low is None or found.high is None:
+        return times(found.value)
+    return f"{times(found.value)} [{found.low:.2f}–{found.high:.2f}]"
+
+
 def tok_x(results: Results, label: str, batch: int) -> str:
+    """A cell's tok/s and, for a speculative label with a baseline, its speedup in brackets."""
     tok = results.tok_s(label, batch)
     if tok is None:
         return DASH
-    speedup = results.speedup(label, batch)
-    if results.is_baseline(label) or speedup is None:
+    if results.is_baseline(label) or results.measured_speedup(label, batch) is None:
         return num(tok)
-    spread = results.speedup_range(label, batch)
-    return f"{num(tok)} ({times(speedup)})" if spread is None else f"{num(tok)} ({times(speedup)} [{spread[0]:.2f}–{spread[1]:.2f}])"
+    return f"{num(tok)} ({speedup_text(results, label, batch)})"
 
 
 def nearest(batches: list[int], wanted: int) -> int | None:

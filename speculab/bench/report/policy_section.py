@@ -25,7 +25,7 @@ def policy_blocks(results: Results) -> list[Block]:
     rows = []
     for label, policy in policies.items():
         x = [f"{results.speedup(label, b):.2f}x" if results.speedup(label, b) else DASH for b in sizes]
-        rows.append([label, *(f"{_cap(policy, b)} ({s})" for b, s in zip(sizes, x)), str(policy.get("min_acceptance", 0.0))])
+        rows.append([results.short(label), *(f"{_cap(policy, b)} ({s})" for b, s in zip(sizes, x)), str(policy.get("min_acceptance", 0.0))])
     source = "`cell.policy.by_batch_size` (the most draft nodes a request had at that batch size; plain: none) and, in brackets, the speedup over the baseline; `cell.policy.min_acceptance`"
     return [
         Heading(2, "Speculation policies"),

@@ -6,8 +6,9 @@ and the last one counts. ``cell`` (one label at one batch size: tok_s, latency p
 acceptance figures, engine and transport, ...); only cells of the last run's run_id count, and a
 repeated (label, batch_size) counts its last record. ``acceptance`` (one label's untimed acceptance pass: by_domain
 {domain: prompts, acceptance_rate, tau, ...}), the last of the run's per label. Unknown kinds and fields are ignored; lines that
-are not JSON (a truncated last line) are skipped and listed. A label's speedup is its tok_s over its
-own engine's baseline at the same batch size.
+are not JSON (a truncated last line) are skipped and listed. A label's speedup is taken over its own engine's
+baseline at the same batch size (``speedups.py``: paired by round where the cells were timed in rounds); each label
+has a short form for display (``labels.py``), the full one staying the key.
 
 Does not know: how cells were measured, or how anything is rendered.
 """
@@ -16,14 +17,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from speculab.bench.report.labels import short_labels
+from speculab.bench.report.speedups import Speedup, speedup
 
 BASELINE_METHOD = "baseline"
 DOMAIN_ORDER = ("python", "typescript", "sql", "agentic")
 ACCEPTANCE_DEFINITION = (
     "acceptance rate = accepted draft tokens / drafted depth (draft tokens along the verified path; "
-    "speculab.spec_stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
+    "speculab.speculative.stats); τ = tokens emitted per verify step, bonus token included. Per the study's errata, "
     "figures under other definitions (SGLang's accept length over tree nodes) are not comparable."
 )
 
@@ -40,7 +45,8 @@ class Results:
 
     @property
     def labels(self) -> list[str]:
-        """Labels in report order: baselines first, then by the run's method order, then by first appearance."""
+        """Labels in report order: baselines first, then in the run's order of methods (``run.config.methods``: labels,
+        or in older runs method names), then by first appearance."""
         methods = list((self.run or {}).get("config", {}).get("methods") or [])
         seen: dict[str, int] = {}
         for label, _ in self.cells:
@@ -48,13 +54,14 @@ class Results:
 
         def rank(label: str) -> tuple[int, int, int]:
             method = self.method(label)
-            in_config = methods.index(method) if method in methods else len(methods)
+            in_config = methods.index(label) if label in methods else methods.index(method) if method in methods else len(methods)
             return (method != BASELINE_METHOD, in_config, seen[label])
 
         return sorted(seen, key=rank)
 
     def method(self, label: str) -> str:
-        return next(c.get("method", label) for (lab, _), c in self.cells.items() if lab == label)
+        records = [c for (lab, _), c in self.cells.items() if lab == label] + [self.acceptance.get(label) or {}]
+        return next((c["method"] for c in records if c.get("method")), label)
 
     @property
     def baseline_label(self) -> str | None:
@@ -83,17 +90,27 @@ class Results:
         mine = self.engine_of(label)
         return next((lab for lab in self.labels if self.is_baseline(lab) and self.engine_of(lab) == mine), self.baseline_label)
 
-    def speedup(self, label: str, batch: int) -> float | None:
+    def measured_speedup(self, label: str, batch: int) -> Speedup | None:
+        """The one speedup every table, plot and finding shows: over the label's baseline at ``batch`` (``speedups.py``)."""
         base = self.baseline_of(label)
-        mine, ref = self.tok_s(label, batch), self.tok_s(base, batch) if base else None
-        return mine / ref if mine is not None and ref else None
+        return speedup(self.cells.get((label, batch)), self.cells.get((base, batch)) if base else None)
 
-    def speedup_range(self, label: str, batch: int) -> tuple[float, float] | None:
-        """The slowest and the fastest repeat of the label's cell over its baseline's median (None: one repeat)."""
-        base = self.baseline_of(label)
-        repeats = (self.cells.get((label, batch)) or {}).get("tok_s_repeats") or []
-        ref = self.tok_s(base, batch) if base else None
-        return (min(repeats) / ref, max(repeats) / ref) if len(repeats) > 1 and ref else None
+    def speedup(self, label: str, batch: int) -> float | None:
+        found = self.measured_speedup(label, batch)
+        return None if found is None else found.value
+
+    @property
+    def all_labels(self) -> list[str]:
+        """The cells' labels in report order, then labels only the acceptance pass measured."""
+        return self.labels + [lab for lab in self.acceptance if lab not in self.labels]
+
+    @cached_property
+    def short_names(self) -> dict[str, str]:
+        return short_labels(self.all_labels)
+
+    def short(self, label: str) -> str:
+        """The label as the report shows it (``labels.py``); the Methods table gives the full one."""
+        return self.short_names.get(label, label)
 
     def memory(self, label: str) -> dict[str, Any] | None:
         stored = (self.run or {}).get("memory") or {}

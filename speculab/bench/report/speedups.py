@@ -1,0 +1,77 @@
+"""A method's speedup over its baseline at one batch size, and the sentence that says how the report's were measured.
+
+Knows: two ways a run times its cells. In rounds (``run.config.timing == "rounds"``): at one batch size the baseline
+and the methods take turns, round after round, and each cell keeps ``tok_s_by_round`` (tok/s per round, in round
+order; round i of every method ran in the same round); a speedup is then the median of the per-round ratios, with
+their lowest and highest. Cells timed separately (older results): the ratio of the two cells' ``tok_s`` (each a
+median over its own repeats), with the method's slowest and fastest repeat (``tok_s_repeats``) over the baseline's
+median. Does not know: which cell is whose baseline (``results.py``), or how a speedup is written (``numbers.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Speedup:
+    value: float
+    low: float | None  # the lowest per-round ratio, or the slowest repeat over the baseline's median; None: one figure
+    high: float | None
+    rounds: int  # the paired rounds the value is the median of; 0: a ratio of medians from separate cells
+
+
+def speedup(cell: dict[str, Any] | None, baseline: dict[str, Any] | None) -> Speedup | None:
+    """``cell`` over ``baseline`` (both cell records at one batch size): paired by round where both have
+    ``tok_s_by_round`` of one length, else the ratio of their ``tok_s``; None without both figures."""
+    if not cell or not baseline:
+        return None
+    mine, ref = cell.get("tok_s_by_round") or [], baseline.get("tok_s_by_round") or []
+    if mine and len(mine) == len(ref) and all(m is not None for m in mine) and all(ref):
+        ratios = [m / r for m, r in zip(mine, ref)]
+        spread = (min(ratios), max(ratios)) if len(ratios) > 1 else (None, None)
+        return Speedup(statistics.median(ratios), *spread, len(ratios))
+    tok, base = cell.get("tok_s"), baseline.get("tok_s")
+    if tok is None or not base:
+        return None
+    repeats = cell.get("tok_s_repeats") or []
+    spread = (min(repeats) / base, max(repeats) / base) if len(repeats) > 1 else (None, None)
+    return Speedup(tok / base, *spread, 0)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a run's speedups were measured: the rounds behind the paired ones, and how many were not paired."""
+
+    rounds: tuple[int, ...]  # the distinct numbers of rounds among the paired speedups
+    paired: int  # speedups that are medians of per-round ratios
+    separate: int  # speedups that are ratios of medians from separate cells
+
+    @property
+    def text(self) -> str:
+        n = str(self.rounds[0]) if len(self.rounds) == 1 else f"{self.rounds[0]}–{self.rounds[-1]}" if self.rounds else ""
+        paired = (
+            f"in {n} rounds at each batch size (the baseline and every method taking turns, round after round), a speedup "
+            "being the median of a method's per-round ratios to the baseline's tok/s in the same round "
+            "(`cell.tok_s_by_round`), in brackets the lowest and highest ratio"
+        )
+        separate = (
+            "as the ratio of medians from separate cells, a method's median tok/s over its baseline's (`cell.tok_s`) with "
+            "the two cells timed at different times, in brackets the method's slowest and fastest repeat "
+            "(`cell.tok_s_repeats`) over the baseline's median"
+        )
+        if not self.paired and not self.separate:
+            return "No speedups: no method was measured beside a baseline at one batch size."
+        if not self.separate:
+            return f"How speedups were measured: {paired}."
+        if not self.paired:
+            return f"How speedups were measured: {separate}."
+        total = self.paired + self.separate
+        return f"How speedups were measured: {self.paired} of {total} {paired}; the other {self.separate} {separate}."
+
+
+def timing(speedups: list[Speedup]) -> Timing:
+    paired = [s.rounds for s in speedups if s.rounds]
+    return Timing(tuple(sorted(set(paired))), len(paired), len(speedups) - len(paired))
