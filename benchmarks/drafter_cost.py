@@ -15,13 +15,12 @@ import time
 
 import torch
 
-from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, METHODS
+from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, METHODS, make_proposer
+from speculab.models.draft_vocab import load_token_ranking
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch, prefill
 from speculab.models.loading import load_model
-from speculab.models.token_ranking import load_token_ranking
 from speculab.runtime import load
-from speculab.speculative.registry import make_proposer
 
 CONTEXT, TOPK, DRAFT_VOCAB, DRAFT_MODEL_VOCAB = 1200, 8, 4096, 8192
 

@@ -21,7 +21,7 @@ from speculab.methods import drafter_path, new_proposer, parse_method, proposer_
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 from speculab.train.distill_data import held_out_prompts
 
 

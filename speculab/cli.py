@@ -9,7 +9,7 @@ stdout line is one JSON object.
 ``speculab serve``: the engine behind an OpenAI-compatible HTTP server (``speculab.serve``).
 ``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
-``speculab plan``: memory and KV capacity per rank of a serving setup, from config.json files (``speculab.planning``).
+``speculab plan``: memory and KV capacity per rank of a serving setup, from config.json files (``speculab.models.memory_plan``).
 ``speculab tune``: a method's costs measured here and its draft cap per batch size, for ``--policy auto`` (``speculab.tune``).
 
 Each command's modules are imported inside the function that runs it (here and in each package's ``cli.py``,
@@ -43,14 +43,13 @@ METHOD_FLAGS = (
 
 def method_spec(args: argparse.Namespace):
     """The spec named by --method (``name[:key=value,...]``, as in ``speculab bench``) with the flags given."""
-    from speculab.methods import METHODS, parse_method, require_own_drafter, with_policy
+    from speculab.methods import method, parse_method, require_own_drafter, with_policy
 
     name, _, settings = args.method.partition(":")
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    defaults = method(name).defaults
     given = {k: getattr(args, k) for k in METHOD_FLAGS if getattr(args, k) is not None}
     for key in given:
-        if key not in METHODS[name].defaults:
+        if key not in defaults:
             raise ValueError(f"--{key.replace('_', '-')} does not apply to --method {name}")
     spec = with_policy(
         parse_method(":".join([name, ",".join(filter(None, [settings, *(f"{k}={v}" for k, v in given.items())]))])), args.policy
@@ -233,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from speculab.bench.cli import add_bench_parsers
     from speculab.launch.cli import add_launch_parsers
-    from speculab.planning import add_plan_parser
+    from speculab.models.memory_plan import add_plan_parser
     from speculab.serve.cli import add_serve_parser
     from speculab.train.cli import add_train_parser
     from speculab.tune.cli import add_tune_parser

@@ -251,8 +251,8 @@ class Engine:
         """Tokens [batch, q] and the forward batch verifying every row's tree after its context.
 
         Row i's node j is written at cache position start_i + j, at RoPE position start_i + depth;
-        it sees the row's context and its own ancestors. Padding nodes (j >= len(tree)) see only
-        themselves and are never committed.
+        it sees the row's context and its own ancestors. Padding nodes (j >= len(tree)) see the row's
+        context and themselves, so their attention stays well-defined; they are never committed.
         """
         bsz, q = len(trees), max(map(len, trees))
         start = torch.tensor([self.cache.lengths[r.slot] for r in self.running])

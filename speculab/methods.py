@@ -5,12 +5,13 @@ The one place where a method's settings live: ``speculab generate``, ``speculab 
 :class:`MethodSpec` parsed here, so a label in BENCHMARKS.md names exactly what any
 command runs.
 
-Knows: each method's parameters and defaults (the shipped drafters of the
+Knows: each method's proposer class, parameters and defaults (the shipped drafters of the
 embedded model are the default ``draft``, ``eagle`` and ``eagle3`` checkpoints), how to
-parse a spec from the command line, how to load its drafter and build its
-proposer through the proposer registry, and which drafter kind its memory
-estimate needs. Adding a method is one entry in ``METHODS``; nothing branches
-on names.
+parse a spec from the command line, how to load its drafter and build its proposer, and
+which drafter kind its memory estimate needs. Adding a method is one entry in ``METHODS``
+(its proposer's file in ``speculative/`` aside); nothing branches on names. The fixed-tree
+EAGLE proposer (``speculative.eagle.StaticTreeEagleProposer``) is a Python-API option, built
+by its class, not a method: it has no defaults to keep here and no engine to launch it on.
 
 Does not know: timing, HTTP, or memory arithmetic (``models/memory.py``).
 """
@@ -24,14 +25,17 @@ from typing import Any
 
 import speculab.models.eagle3_head as e3
 import speculab.models.eagle_head as e2
+from speculab.models.draft_vocab import RANKING_FILE, load_token_ranking
 from speculab.models.loading import load_model
-from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES
-from speculab.speculative.limit import SpeculationLimit
+from speculab.speculative.draft_model import DraftModelProposer
+from speculab.speculative.eagle import Eagle3Proposer, EagleProposer
+from speculab.speculative.ngram import NgramProposer
 from speculab.speculative.policy import AUTO, PolicyProposer, SpeculationPolicy
-from speculab.speculative.registry import make_proposer
-from speculab.tuned_policies import tuned_policy
+from speculab.speculative.policy_store import tuned_policy
+from speculab.speculative.proposer import Proposer
+from speculab.speculative.suffix import SuffixProposer
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
@@ -63,10 +67,15 @@ class MethodSpec:
         return f"{self.name}:{','.join(shown)}" if shown else self.name
 
 
-@dataclass(frozen=True)
+def _as_given(params: dict, loaded) -> dict:
+    return dict(params)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Method:
-    defaults: dict[str, Any]
-    build: Callable[[dict, Any], dict]  # (params, loaded target) -> proposer options
+    proposer: Callable[..., Proposer]  # its class, whose ``name`` is the method's
+    defaults: dict[str, Any] = field(default_factory=dict)  # every parameter the spec takes, with its default
+    build: Callable[[dict, Any], dict] = _as_given  # (params, loaded target) -> the proposer's options
     drafter: str | None = None  # the params key naming the drafter's folder
     memory_kind: str | None = None  # drafter kind for bench.memory.estimate
 
@@ -108,7 +117,6 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
             "num_steps": p["num_steps"],
             "topk": p["topk"],
             "num_draft_tokens": p["num_draft_tokens"],
-            "batch_budget": p["batch_budget"],
         }
         return options | reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
 
@@ -138,20 +146,29 @@ def _existing(path: str | Path, key: str) -> Path:
 # draft_vocab=auto, tokens kept: an EAGLE head's 4,096 cover 94% of the workload's baseline output tokens
 # (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%).
 AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
-LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size (speculative/limit.py)
-POLICY = "policy"  # every speculative method's: a policy file capping each request's draft (speculative/policy.py)
+BUDGET = "batch_budget"  # EAGLE's: about this many draft nodes a step, shared by the batch
+LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size
+POLICY = "policy"  # every speculative method's: a policy file or auto capping each request's draft (speculative/policy.py)
+# parameters kept under their own names (recorded labels carry them) that each preset a speculation policy's table
+PRESETS = {BUDGET: SpeculationPolicy.batch_budget, LIMIT: SpeculationPolicy.disable_by_batch_size}
+BATCH_SETTINGS = (*PRESETS, POLICY)  # what drafts less at larger batches: one speculation policy (``new_proposer``)
+# batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 3 on, where a
+# verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget")
+EAGLE_TREE = {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, BUDGET: 4}
 
 METHODS: dict[str, Method] = {
-    "baseline": Method({}, lambda p, loaded: {}),
+    "baseline": Method(proposer=Proposer),
     "ngram": Method(
-        {"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None}, lambda p, loaded: dict(p)
+        proposer=NgramProposer,
+        defaults={"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None},
     ),
     # vLLM's suffix_decoding_* defaults (max_tree_depth 24, factor 1.0, probability 0.1) but for 128 cached outputs,
     # not 10,000: speculab's tree is uncompressed (a node a token and depth, about 3.5 KB a cached output token where
     # ArcticInference's compressed one needs a few bytes); num_speculative_tokens is vLLM's max_tree_depth unless set:
     # here 4, as fast as 8 at batch 1-2 and faster from 4 on (BENCHMARKS.md, "Suffix decoding")
     "suffix": Method(
-        {
+        proposer=SuffixProposer,
+        defaults={
             "num_speculative_tokens": 4,
             "max_tree_depth": 24,
             "max_cached_requests": 128,
@@ -160,43 +177,34 @@ METHODS: dict[str, Method] = {
             LIMIT: None,
             POLICY: None,
         },
-        lambda p, loaded: dict(p),
     ),
     "draft": Method(
-        {"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, POLICY: None, "draft": str(DEFAULT_DRAFT)},
-        _draft_options,
-        "draft",
-        "draft",
+        proposer=DraftModelProposer,
+        defaults={"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, POLICY: None, "draft": str(DEFAULT_DRAFT)},
+        build=_draft_options,
+        drafter="draft",
+        memory_kind="draft",
     ),
-    # batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 4 on, where a
-    # verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget").
     "eagle": Method(
-        {
-            "num_steps": 3,
-            "topk": 2,
-            "num_draft_tokens": 4,
-            "batch_budget": 4,
-            "draft_vocab": "auto",
-            LIMIT: None,
-            POLICY: None,
-            "eagle": str(DEFAULT_EAGLE),
-        },
-        _eagle_options("eagle"),
-        "eagle",
-        "eagle",
+        proposer=EagleProposer,
+        defaults={**EAGLE_TREE, "draft_vocab": "auto", LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE)},
+        build=_eagle_options("eagle"),
+        drafter="eagle",
+        memory_kind="eagle",
     ),
     # eagle's tree and budget: the best of five batch-1 trees for the shipped EAGLE-3 head on held-out prompts
     # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
     "eagle3": Method(
-        {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, "batch_budget": 4, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
-        _eagle_options("eagle3"),
-        "eagle",
-        "eagle3",
+        proposer=Eagle3Proposer,
+        defaults={**EAGLE_TREE, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
+        build=_eagle_options("eagle3"),
+        drafter="eagle",
+        memory_kind="eagle3",
     ),
 }
 
 
-OPTIONAL = {"batch_budget", "draft_vocab", LIMIT, POLICY}  # parameters that ``none`` turns off
+OPTIONAL = {BUDGET, "draft_vocab", LIMIT, POLICY}  # parameters that ``none`` turns off
 PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming a drafter folder
 
 
@@ -218,24 +226,35 @@ def _value(text: str, default: Any, key: str = "") -> Any:
     return text
 
 
+def method(name: str) -> Method:
+    """The method called ``name``; an unknown name is a clear error listing the known ones."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def make_proposer(name: str, **options: Any) -> Proposer:
+    """The proposer of the method ``name`` from its constructor's options (drafters already loaded); an unknown
+    option is the constructor's TypeError."""
+    return method(name).proposer(**options)
+
+
 def parse_method(text: str) -> MethodSpec:
     """``eagle:num_steps=5,topk=8,num_draft_tokens=32`` -> MethodSpec; unknown names and keys are clear errors."""
     name, _, rest = text.partition(":")
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
-    params = dict(METHODS[name].defaults)
+    defaults, drafter = method(name).defaults, method(name).drafter
+    params = dict(defaults)
     for part in filter(None, rest.split(",")):
         key, eq, value = part.partition("=")
         if not eq or key not in params:
             raise ValueError(f"{text!r}: {name} takes {', '.join(f'{k}=…' for k in params) or 'no parameters'}")
         try:
-            params[key] = _value(value, METHODS[name].defaults[key], key)
+            params[key] = _value(value, defaults[key], key)
         except ValueError:
-            default = METHODS[name].defaults[key]
-            kind = "int, auto or none" if key == "draft_vocab" else type(default).__name__ if default is not None else "int"
+            kind = "int, auto or none" if key == "draft_vocab" else type(defaults[key]).__name__ if defaults[key] is not None else "int"
             raise ValueError(f"{text!r}: {key} must be a {kind}") from None
-    if METHODS[name].drafter and params.get(METHODS[name].drafter) is None:
-        raise ValueError(f"{name} needs {METHODS[name].drafter}=PATH")
+    if drafter and params.get(drafter) is None:
+        raise ValueError(f"{name} needs {drafter}=PATH")
     return MethodSpec(name, params)
 
 
@@ -263,21 +282,22 @@ def speculation_policy(spec: MethodSpec, loaded) -> SpeculationPolicy | None:
 def proposer_options(spec: MethodSpec, loaded) -> dict:
     """The proposer's constructor options (drafters loaded) and, under ``POLICY``, its policy: build once, then
     ``new_proposer`` per run."""
-    options = METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in (LIMIT, POLICY)}, loaded)
+    options = METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in BATCH_SETTINGS}, loaded)
     policy = speculation_policy(spec, loaded)
     return options if policy is None else options | {POLICY: policy}
 
 
 def new_proposer(spec: MethodSpec, options: dict):
-    """A fresh proposer for one run, limited to small batches and capped by its policy when ``options`` hold one."""
+    """A fresh proposer for one run, under its speculation policy when it has one: the options' policy (a file or
+    auto) capped by the spec's presets (``batch_budget``, ``disable_by_batch_size``), all one batch table."""
 
     options = dict(options)
     policy = options.pop(POLICY, None)
+    for key, preset in PRESETS.items():
+        if spec.params.get(key) is not None:
+            policy = preset(spec.params[key]) if policy is None else policy.capped_by(preset(spec.params[key]))
     proposer = make_proposer(spec.name, **options)
-    if policy is not None:
-        proposer = PolicyProposer(proposer, policy)
-    limit = spec.params.get(LIMIT)
-    return proposer if limit is None else SpeculationLimit(proposer, limit)
+    return proposer if policy is None else PolicyProposer(proposer, policy)
 
 
 def drafter_key(spec: MethodSpec) -> str | None:

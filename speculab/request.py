@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 
 @dataclass

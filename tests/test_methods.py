@@ -1,8 +1,28 @@
-"""The method table's drafter rule: a target other than the embedded model needs its own drafter, in every command."""
+"""The method table: each method's proposer named once, and its drafter rule (a target other than the embedded model
+needs its own drafter, in every command)."""
 
 import pytest
 
-from speculab.methods import parse_method, require_own_drafter
+from speculab.methods import METHODS, make_proposer, parse_method, require_own_drafter, shipped_drafter_key
+from speculab.speculative.eagle import EagleProposer, StaticTreeEagleProposer
+from speculab.speculative.proposer import Proposer
+
+
+def test_every_method_has_a_proposer_of_its_name():
+    for name, method in METHODS.items():
+        assert issubclass(method.proposer, Proposer), name
+        assert method.proposer.name == name, name
+    # the fixed tree: a Python-API option built by its class, not a method of the command line
+    assert StaticTreeEagleProposer.name not in METHODS and issubclass(StaticTreeEagleProposer, EagleProposer)
+
+
+def test_unknown_names_and_options_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown method 'medusa'; known: baseline, ngram, suffix, draft, eagle, eagle3"):
+        make_proposer("medusa")
+    with pytest.raises(ValueError, match="unknown method 'medusa'; known: baseline"):
+        parse_method("medusa:num_speculative_tokens=3")
+    with pytest.raises(TypeError, match="num_speculative_token"):
+        make_proposer("ngram", num_speculative_token=3)
 
 
 @pytest.mark.parametrize(
@@ -15,9 +35,11 @@ def test_a_shipped_drafter_is_refused_with_the_commands_own_words(method, option
 
 
 def test_an_own_drafter_or_none_passes(tmp_path):
-    require_own_drafter(parse_method(f"eagle:eagle={tmp_path}"), "--{key} PATH")
-    require_own_drafter(parse_method("ngram"), "--{key} PATH")
-    require_own_drafter(parse_method("baseline"), "--{key} PATH")
+    # the rule itself: which parameter still names a shipped drafter (None: nothing to refuse)
+    assert [shipped_drafter_key(parse_method(m)) for m in ("eagle", "eagle3", "draft")] == ["eagle", "eagle", "draft"]
+    for text in (f"eagle:eagle={tmp_path}", f"draft:draft={tmp_path}", "ngram", "suffix", "baseline"):
+        assert shipped_drafter_key(parse_method(text)) is None, text
+        assert require_own_drafter(parse_method(text), "--{key} PATH") is None
 
 
 def test_a_draft_model_keeps_its_cache_in_the_targets_kv_dtype(tmp_path):

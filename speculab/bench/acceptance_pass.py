@@ -17,13 +17,13 @@ from tqdm import tqdm
 from speculab.bench.in_process import Target, run_once
 from speculab.bench.settings import ACCEPTANCE, RunContext
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
-from speculab.methods import LIMIT, POLICY, MethodSpec, new_proposer
+from speculab.methods import BATCH_SETTINGS, POLICY, MethodSpec, new_proposer
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
 
 PER_DOMAIN = 12
 BATCH = 16
-AT_BATCH_ONE = {"batch_budget": None, POLICY: None, LIMIT: None}  # what drafts less at larger batches
+AT_BATCH_ONE = dict.fromkeys(BATCH_SETTINGS)  # what drafts less at larger batches, left out
 
 
 def pass_items(items: list[WorkloadItem]) -> list[WorkloadItem]:
@@ -59,8 +59,8 @@ def as_at_batch_one(spec: MethodSpec) -> MethodSpec:
 def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_tokens: int, bar: tqdm | None) -> dict:
     """One method over the pass's prompts: acceptance and τ by domain, with the prompts each counts."""
     batch_one = as_at_batch_one(spec)
-    # the options were built from the spec as the cells run it: its batch budget is in them, its policy too
-    options = {k: (AT_BATCH_ONE[k] if k in AT_BATCH_ONE else v) for k, v in options.items() if k != POLICY}
+    # the options were built from the spec as the cells run it: its policy (a file's or auto's) is in them
+    options = {k: v for k, v in options.items() if k != POLICY}
     params = [SamplingParams(max_tokens=max_tokens)] * len(target.prompts)
     requests, _ = run_once(target, new_proposer(batch_one, options), BATCH, params, bar)
     by_domain: dict[str, SpecStats] = {}

@@ -31,7 +31,7 @@ from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, MethodSpec, draft_vocab_
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import read_head_config
 from speculab.models.linear import linear_kind
-from speculab.models.memory import estimate, machine_memory_budget
+from speculab.models.memory import estimate, machine_memory_bytes
 from speculab.testbed import model_record, testbed
 
 
@@ -118,7 +118,7 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
     if loaded is not None:
         dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
         kv_bytes = torch.finfo(loaded.model.kv_dtype or loaded.model.dtype).bits // 8
-        budget = machine_memory_budget()
+        budget = machine_memory_bytes()
         for spec in cfg.in_process:
             memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget, kv_bytes)
             if (path := drafter_path(spec)) is not None:

@@ -37,9 +37,9 @@ from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats
+from speculab.speculative.eagle import EagleProposer, StaticTreeEagleProposer
 from speculab.speculative.proposer import Proposer
-from speculab.speculative.registry import make_proposer
+from speculab.speculative.stats import SpecStats
 
 CODE_FILE = "textwrap_cpython_3.11.7.py.txt"
 
@@ -239,10 +239,8 @@ def compare_eagle_reference(args: argparse.Namespace) -> dict:
     loaded = _setup(args)
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, 1)
     head = load_eagle_head(args.eagle, loaded.model)
-    static = make_proposer("eagle-static", head=head, target=loaded.model, tree=args.tree)
-    dynamic = make_proposer(
-        "eagle", head=head, target=loaded.model, num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens
-    )
+    static = StaticTreeEagleProposer(head, loaded.model, tree=args.tree)
+    dynamic = EagleProposer(head, loaded.model, num_steps=args.num_steps, topk=args.topk, num_draft_tokens=args.num_draft_tokens)
     ours_static, static_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats, static)
     ours_dynamic, _ = speculab_side(loaded, prompts, args.max_tokens, args.repeats, dynamic)
     python = Path(args.reference_python or cache_dir() / REFERENCE_VENV / "bin" / "python")

@@ -91,7 +91,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         raise ValueError(f"--model {target}: no config.json there; give a local HF checkpoint folder")
     spec = launch_spec(args.method, args.draft, args.model is not None)
     out = args.out or Path("runs") / f"launch-{args.engine}-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
-    plan = prepare(
+    command = prepare(
         args.engine,
         spec,
         target,
@@ -103,22 +103,22 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print_only=args.print_only,
         dtype=args.dtype,
     )
-    print(plan.explain(), flush=True)
+    print(command.explain(), flush=True)
     if args.print_only:
-        print(json.dumps(plan.record() | {"run_dir": str(out)}))
+        print(json.dumps(command.record() | {"run_dir": str(out)}))
         return 0
-    server = EngineServer(plan, out / "server.log", args.startup_timeout)
+    server = EngineServer(command, out / "server.log", args.startup_timeout)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a plain kill also stops the server (via the finally)
     try:
         server.start()
         print(
-            f"speculab: {plan.engine} {plan.version} serves {plan.served_name} at {plan.url}; log: {out / 'server.log'}; Ctrl-C stops it",
+            f"speculab: {command.engine} {command.version} serves {command.served_name} at {command.url}; log: {out / 'server.log'}; Ctrl-C stops it",
             file=sys.stderr,
             flush=True,
         )
-        print(json.dumps(plan.record() | {"run_dir": str(out), "url": plan.url, "log": str(out / "server.log")}), flush=True)
+        print(json.dumps(command.record() | {"run_dir": str(out), "url": command.url, "log": str(out / "server.log")}), flush=True)
         server.process.wait()
-        raise RuntimeError(f"{plan.engine} exited with {server.process.returncode}; see {out / 'server.log'}")
+        raise RuntimeError(f"{command.engine} exited with {server.process.returncode}; see {out / 'server.log'}")
     except KeyboardInterrupt:
         return 0
     finally:

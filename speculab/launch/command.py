@@ -1,6 +1,6 @@
 """A server launch, written down: the program, each flag with the reason it is there, and the environment.
 
-Knows: how a plan becomes an argv list and one shell line a reader can paste, and how it
+Knows: how a command becomes an argv list and one shell line a reader can paste, and how it
 explains itself (one line per flag, per environment variable, and per flag left out on purpose).
 
 Does not know: which flags an engine takes (``vllm.py``, ``sglang.py``) or how a process is run
@@ -28,7 +28,7 @@ class Flag:
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """What to serve, engine-neutral: the plan builders turn it into one engine version's flags."""
+    """What to serve, engine-neutral: the command builders turn it into one engine version's flags."""
 
     engine: str  # "vllm" or "sglang"
     spec: MethodSpec
@@ -46,7 +46,7 @@ class LaunchRequest:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchCommand:
     engine: str
     version: Version
     program: tuple[str, ...]  # ("vllm", "serve", TARGET) or (python, "-m", module, "--model", TARGET)

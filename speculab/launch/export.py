@@ -36,8 +36,8 @@ from safetensors.torch import load_file, save_file
 
 from speculab.files import sha256_of
 from speculab.launch.speculators_format import refuse, write_speculators
+from speculab.models.draft_vocab import load_token_ranking
 from speculab.models.loading import CheckpointError
-from speculab.models.token_ranking import load_token_ranking
 
 ENGINES = ("vllm", "sglang")
 MANIFEST = "speculab_export.json"

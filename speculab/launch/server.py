@@ -1,6 +1,6 @@
 """One engine server as a child process: start it, wait for ``/health``, stop it cleanly.
 
-Knows: the plan's argv and environment, a log file that takes everything the server prints,
+Knows: the command's argv and environment, a log file that takes everything the server prints,
 polling ``/health`` until it answers 200 (progress shown, bounded in time), and stopping the
 whole process group (SIGINT, then SIGTERM, then SIGKILL; vLLM runs three processes). A server
 that exits or never gets healthy is an error that quotes the last lines of its log. Used as a
@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 from tqdm import tqdm
 
-from speculab.launch.plan import LaunchPlan
+from speculab.launch.command import LaunchCommand
 
 
 def log_tail(path: Path, lines: int = 25) -> str:
@@ -31,19 +31,19 @@ def log_tail(path: Path, lines: int = 25) -> str:
 
 
 class EngineServer:
-    def __init__(self, plan: LaunchPlan, log: Path, startup_timeout: float = 600.0, progress: bool = True):
-        self.plan, self.log, self.startup_timeout, self.progress = plan, Path(log), startup_timeout, progress
+    def __init__(self, command: LaunchCommand, log: Path, startup_timeout: float = 600.0, progress: bool = True):
+        self.command, self.log, self.startup_timeout, self.progress = command, Path(log), startup_timeout, progress
         self.process: subprocess.Popen | None = None
 
     def start(self) -> EngineServer:
         self._refuse_busy_port()
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            out.write(f"$ {self.plan.shell()}\n")
+            out.write(f"$ {self.command.shell()}\n")
             out.flush()
             self.process = subprocess.Popen(
-                self.plan.argv,
-                env=os.environ | self.plan.environment,
+                self.command.argv,
+                env=os.environ | self.command.environment,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -58,26 +58,26 @@ class EngineServer:
 
     def _refuse_busy_port(self) -> None:
         try:
-            httpx.get(f"{self.plan.url}/health", timeout=2.0)
+            httpx.get(f"{self.command.url}/health", timeout=2.0)
         except httpx.HTTPError:
             return
-        raise RuntimeError(f"{self.plan.url}: something already answers on port {self.plan.port}; pick another --port")
+        raise RuntimeError(f"{self.command.url}: something already answers on port {self.command.port}; pick another --port")
 
     def _wait_healthy(self) -> None:
         start = time.monotonic()
-        desc = f"starting {self.plan.engine} {self.plan.version}"
+        desc = f"starting {self.command.engine} {self.command.version}"
         with tqdm(desc=desc, unit="s", bar_format="{desc}: {elapsed}", disable=not self.progress) as bar:
             while True:
                 if self.process.poll() is not None:
                     raise RuntimeError(
-                        f"{self.plan.engine} exited with {self.process.returncode} before it was healthy; "
+                        f"{self.command.engine} exited with {self.process.returncode} before it was healthy; "
                         f"the end of {self.log}:\n{log_tail(self.log)}"
                     )
                 if self._healthy():
                     return
                 if time.monotonic() - start > self.startup_timeout:
                     raise RuntimeError(
-                        f"{self.plan.engine} was not healthy after {self.startup_timeout:.0f} s; "
+                        f"{self.command.engine} was not healthy after {self.startup_timeout:.0f} s; "
                         f"the end of {self.log}:\n{log_tail(self.log)}"
                     )
                 time.sleep(1.0)
@@ -85,7 +85,7 @@ class EngineServer:
 
     def _healthy(self) -> bool:
         try:
-            return httpx.get(f"{self.plan.url}/health", timeout=5.0).status_code == 200
+            return httpx.get(f"{self.command.url}/health", timeout=5.0).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from packaging.version import Version
 
-from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, served_flags
+from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, served_flags
 
 EAGLE3_FROM = Version("0.4.4")  # absent from 0.4.3.post2's choices, present in 0.5.2's
 TOKEN_MAP_FROM = Version("0.4.4")  # FR-Spec came with EAGLE-3 support; absent in 0.4.3.post2, present in 0.5.2
@@ -102,7 +102,7 @@ ALGORITHMS: dict[str, Callable[[LaunchRequest], list[Flag]]] = {
 }
 
 
-def sglang_plan(req: LaunchRequest) -> LaunchPlan:
+def sglang_command(req: LaunchRequest) -> LaunchCommand:
     if req.spec.params.get("disable_by_batch_size") is not None:
         raise UnsupportedLaunch("disable_by_batch_size: SGLang has no such switch; measure the batch sizes instead")
     if req.spec.params.get("policy") is not None:
@@ -124,7 +124,7 @@ def sglang_plan(req: LaunchRequest) -> LaunchPlan:
         raise UnsupportedLaunch(f"--method {req.spec.name}: SGLang has no such algorithm; launch it on vLLM")
     flags += ALGORITHMS[req.spec.name](req)
     omitted = [Flag("--speculative-draft", None, "never an SGLang flag: only an argparse prefix, ambiguous in newer versions")]
-    return LaunchPlan("sglang", req.version, program, tuple(flags), (), tuple(omitted), req.port, name, _notes(req))
+    return LaunchCommand("sglang", req.version, program, tuple(flags), (), tuple(omitted), req.port, name, _notes(req))
 
 
 def _notes(req: LaunchRequest) -> tuple[str, ...]:

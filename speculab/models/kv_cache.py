@@ -6,7 +6,7 @@ a time; ``lengths[slot]`` is how many positions of it are committed.
 
 Knows: rollback (keep a prefix), compaction (move an accepted tree path into
 place after the context, in every layer at once), bytes per token and capacity
-under a memory budget. Does not know: which tokens those positions hold, or
+under a given memory size. Does not know: which tokens those positions hold, or
 what is allowed to attend to what (that is the mask's job).
 
 Positions at or past ``lengths[slot]`` are garbage that the next forward

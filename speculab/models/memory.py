@@ -6,7 +6,7 @@ of an EAGLE-3 head (fc 3H→H, attention on 2H inputs, four norms, its own lm_he
 vocabulary), what each costs at a given number of bytes per parameter or as AWQ int4, how tensor
 parallelism splits weights and KV heads (vLLM/SGLang style: linear layers, embedding and lm_head
 sharded; norms and the EAGLE fc replicated; KV heads split, replicated once there are fewer than ranks),
-and how many tokens of KV cache fit in what remains of a memory budget.
+and how many tokens of KV cache fit in what remains of a device's memory.
 
 Does not know: measured memory. Activations, CUDA graphs, the CUDA context, NCCL and allocator
 fragmentation enter only as ``overhead_bytes``, a number the caller states. Paged-KV block rounding
@@ -73,7 +73,7 @@ class WeightFootprint:
 
 
 class KVCapacity(NamedTuple):
-    free_bytes: int  # budget left for the KV cache (never negative)
+    free_bytes: int  # memory left for the KV cache (never negative)
     tokens: int  # tokens of KV cache that fit in it
     sessions: int  # whole sessions of ``session_tokens`` tokens
 
@@ -235,12 +235,12 @@ def drafter_kv_bytes_per_token(
 
 
 def kv_capacity(
-    budget_bytes: float, weights_bytes: float, kv_bytes_per_token: float, overhead_bytes: float = 0, session_tokens: int = SESSION_TOKENS
+    usable_bytes: float, weights_bytes: float, kv_bytes_per_token: float, overhead_bytes: float = 0, session_tokens: int = SESSION_TOKENS
 ) -> KVCapacity:
-    """Tokens of KV cache that fit in ``budget - weights - overhead`` (all per device), and whole sessions of ``session_tokens``."""
+    """Tokens of KV cache that fit in ``usable - weights - overhead`` (all per device), and whole sessions of ``session_tokens``."""
     if kv_bytes_per_token <= 0:
         raise ValueError("kv_bytes_per_token must be positive")
-    free = max(0, int(budget_bytes - weights_bytes - overhead_bytes))
+    free = max(0, int(usable_bytes - weights_bytes - overhead_bytes))
     tokens = int(free // kv_bytes_per_token)
     return KVCapacity(free, tokens, tokens // session_tokens)
 
@@ -250,7 +250,7 @@ def estimate(
     drafter_kind: str | None = None,
     drafter_cfg: ModelConfig | None = None,
     dtype_bytes: float = 2,
-    budget_bytes: int | None = None,
+    device_bytes: int | None = None,
     tensor_parallel: int = 1,
     *,
     target_weight_format: WeightFormat | None = None,
@@ -263,7 +263,7 @@ def estimate(
 ) -> dict[str, Any]:
     """All memory figures of one serving setup, as a JSON-serialisable dict (bytes are ints).
 
-    ``budget_bytes`` is one device's memory (default :func:`machine_memory_budget`); ``memory_utilization``
+    ``device_bytes`` is one device's memory (default :func:`machine_memory_bytes`); ``memory_utilization``
     is the share of it the engine may use (vLLM's gpu_memory_utilization); ``overhead_bytes`` is what
     activations, CUDA graphs and the runtime take per device. ``dtype_bytes`` sizes the drafter's weights
     and, unless ``kv_dtype_bytes`` is given, both KV caches; ``target_weight_format`` (default
@@ -276,7 +276,7 @@ def estimate(
     if not 1 <= dtp <= tp:
         raise ValueError(f"drafter_tensor_parallel {dtp} must be between 1 and tensor_parallel {tp}")
     kv_bytes = dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
-    device_bytes = machine_memory_budget() if budget_bytes is None else int(budget_bytes)
+    device_bytes = machine_memory_bytes() if device_bytes is None else int(device_bytes)
     usable = int(device_bytes * memory_utilization)
 
     target_w = model_weights(target_cfg, dtype_bytes if target_weight_format is None else target_weight_format)
@@ -319,7 +319,7 @@ def estimate(
     }
 
 
-def machine_memory_budget() -> int:
+def machine_memory_bytes() -> int:
     """Bytes of memory of the device the model runs on: CUDA device 0 when available, else physical RAM."""
     try:
         import torch

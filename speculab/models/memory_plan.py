@@ -7,7 +7,8 @@ sessions of ``--session-tokens`` that fit, and what each drafter costs against p
 study's Llama 3.3 70B AWQ example through it).
 
 Knows: the flags, how a config is named (a folder, a config.json, or a named config), and the table. Does not
-know: measured memory, or how the engines allocate (vLLM's activation reserve is the caller's ``--overhead``).
+know: measured memory, how the engines allocate (vLLM's activation reserve is the caller's ``--overhead``), or
+how a model is loaded: its ``--model`` names a config, never weights.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from pathlib import Path
 
 from speculab.models.config import CONFIGS, ModelConfig
 from speculab.models.embedded import ensure_embedded_model
-from speculab.models.memory import SESSION_TOKENS, estimate, machine_memory_budget
-from speculab.runtime import add_model_flags
+from speculab.models.memory import SESSION_TOKENS, estimate, machine_memory_bytes
 
 WEIGHTS = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": "fp8", "awq-int4": "awq-int4", "gptq-int4": "gptq-int4"}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -57,7 +57,13 @@ def drafter(text: str) -> tuple[str, str | None]:
 
 def add_plan_parser(sub) -> None:
     p = sub.add_parser("plan", help="memory and KV capacity per rank of a serving setup, from config.json files alone")
-    add_model_flags(p, device=False, dtype=False)
+    p.add_argument(
+        "--model",
+        "--target",
+        dest="model",
+        default=None,
+        help=f"the target: a checkpoint folder, a config.json or a named config ({', '.join(CONFIGS)}; default: the embedded model)",
+    )
     p.add_argument(
         "--drafter",
         type=drafter,
@@ -85,7 +91,7 @@ def plan(args: argparse.Namespace) -> dict[str, dict]:
     target, _ = model_config(args.model)
     common = dict(
         dtype_bytes=WEIGHTS[args.drafter_dtype],
-        budget_bytes=args.device_memory if args.device_memory is not None else machine_memory_budget(),
+        device_bytes=args.device_memory if args.device_memory is not None else machine_memory_bytes(),
         tensor_parallel=args.tp,
         target_weight_format=WEIGHTS[args.weights],
         kv_dtype_bytes=KV_DTYPES[args.kv_dtype],

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 disable_created_metrics()  # as vLLM does: no *_created series beside each counter
 

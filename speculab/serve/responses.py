@@ -23,7 +23,7 @@ from speculab.serve.errors import ApiError, error_body
 from speculab.serve.state import ServeState
 from speculab.serve.text import TextStream
 from speculab.serve.worker import Handle, Output
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 CHAT = "chat.completion"
 

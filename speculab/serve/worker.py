@@ -28,7 +28,7 @@ from speculab.engine import Engine
 from speculab.request import Request
 from speculab.sampling import SamplingParams
 from speculab.serve.metrics import ServerMetrics
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 log = logging.getLogger("speculab.serve")
 

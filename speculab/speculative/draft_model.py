@@ -22,12 +22,12 @@ from __future__ import annotations
 import torch
 
 from speculab.models.config import ModelConfig
+from speculab.models.draft_vocab import ReducedVocabulary
 from speculab.models.llama import Transformer, causal_batch, prefill
 from speculab.sampling import greedy_tokens, sampling_probs
 from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
-from speculab.speculative.vocab import ReducedVocabulary
 
 
 class DraftModelProposer(Proposer):
@@ -130,7 +130,8 @@ class DraftModelProposer(Proposer):
         lengths = start + torch.tensor([len(t) for t in tails], device=self.device)
         drafted: list[list[int]] = [[] for _ in reqs]
         dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
-        k = max(1, state.most_draft_nodes(self.k))  # a policy's cap: no step drafts more than any row may keep
+        most = state.most_draft_nodes()  # a policy's cap: no step drafts more than any row may keep
+        k = self.k if most is None else max(1, min(self.k, most))
         for step in range(k):
             picked, probs = self._pick(logits, reqs)
             for row in range(len(reqs)):

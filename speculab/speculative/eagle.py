@@ -1,4 +1,9 @@
-"""EAGLE-2 proposer: an EAGLE-1 head grown into a dynamic draft tree.
+"""The EAGLE proposers: an EAGLE head grown into a draft tree.
+
+``EagleProposer`` (method ``eagle``) is EAGLE-2: an EAGLE-1 head grown into a dynamic tree;
+``Eagle3Proposer`` (``eagle3``) grows the same tree from an EAGLE-3 head (three target layers, its own
+vocabulary); ``StaticTreeEagleProposer`` (``eagle-static``) grows an EAGLE-1 head into a fixed tree of
+top-k-rank paths (EAGLE-1's ``choices``). The dynamic tree:
 
 Knows: the head's own one-layer KV cache (one slot per engine slot), where
 entry j holds the pair (token j+1, target feature j) at RoPE position j, and
@@ -29,12 +34,12 @@ import torch
 from torch import Tensor
 
 from speculab.models.config import ModelConfig
+from speculab.models.draft_vocab import ReducedVocabulary
 from speculab.models.eagle_head import EagleHead  # EAGLE-3 heads (eagle3_head.py) share its interface
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import Draft
-from speculab.speculative.vocab import ReducedVocabulary
 
 
 class EagleProposer(Proposer):
@@ -49,27 +54,18 @@ class EagleProposer(Proposer):
         num_steps: int,
         topk: int,
         num_draft_tokens: int,
-        batch_budget: int | None = None,
         draft_vocab: Tensor | None = None,
     ):
-        """``batch_budget``: the most draft nodes per step over the whole batch. A row then gets
-        ``budget // batch`` nodes at most, and the tree narrows (topk, steps) to fit: at large batch sizes a
-        verify step's extra tokens are no longer free, so the tree shrinks towards a short chain (vLLM's
-        per-batch-size table of speculative tokens plays the same role). None: every row gets the full tree.
-
-        ``draft_vocab``: [n] target token ids the head may draft (FR-Spec: the most frequent ones); its
+        """``draft_vocab``: [n] target token ids the head may draft (FR-Spec: the most frequent ones); its
         logits then come from those n rows of the lm_head only. None: the whole vocabulary."""
         if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
             raise ValueError("need num_steps >= 1, topk >= 1 and num_draft_tokens >= 2")
-        if batch_budget is not None and batch_budget < 1:
-            raise ValueError("batch_budget must be at least 1")
         self.head, self.target = head, target
         self.device = target.norm.weight.device
         self.reduced: ReducedVocabulary | None = None
         self.num_steps, self.topk = num_steps, topk
         most_nodes = topk + (num_steps - 1) * topk * topk
         self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
-        self.batch_budget = batch_budget
         if draft_vocab is not None:
             self._reduce_vocabulary(draft_vocab)
 
@@ -86,13 +82,13 @@ class EagleProposer(Proposer):
             return self.head.logits(self.target, hidden)
         return self.reduced.logits(hidden.to(self.target.dtype))
 
-    def tree_shape(self, batch_size: int, most: int | None = None) -> tuple[int, int, int]:
-        """(topk, num_steps, draft nodes kept) per row at this batch size, at most ``most`` nodes (a policy's cap)."""
-        if self.batch_budget is None and (most is None or most >= self.max_draft_tokens):
+    def tree_shape(self, most: int | None) -> tuple[int, int, int]:
+        """(topk, num_steps, draft nodes kept) per row: the whole tree, or under a policy's cap of ``most`` nodes a
+        tree narrowed to fit it (no wider or deeper than the nodes kept), so a step whose verify is no longer free
+        (a large batch: the ``batch_budget`` preset) drafts towards a short chain."""
+        if most is None:
             return self.topk, self.num_steps, self.max_draft_tokens
-        keep = self.max_draft_tokens if self.batch_budget is None else max(1, min(self.max_draft_tokens, self.batch_budget // batch_size))
-        if most is not None:
-            keep = max(1, min(keep, most))
+        keep = max(1, min(self.max_draft_tokens, most))
         return min(self.topk, keep), min(self.num_steps, keep), keep
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
@@ -179,7 +175,7 @@ class EagleProposer(Proposer):
         reqs = state.requests
         slots = [r.slot for r in reqs]
         bsz = len(reqs)
-        k, num_steps, keep = self.tree_shape(bsz, state.most_draft_nodes(self.max_draft_tokens))
+        k, num_steps, keep = self.tree_shape(state.most_draft_nodes())
         root_logits, root_hidden = self._catch_up(reqs, slots)
         committed = torch.tensor([self.cache.lengths[s] for s in slots])
         logp = root_logits.log_softmax(-1)
@@ -253,8 +249,8 @@ class Eagle3Proposer(EagleProposer):
 
     name = "eagle3"
 
-    def __init__(self, head, target: Transformer, *, num_steps: int, topk: int, num_draft_tokens: int, batch_budget: int | None = None):
-        super().__init__(head, target, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, batch_budget=batch_budget)
+    def __init__(self, head, target: Transformer, *, num_steps: int, topk: int, num_draft_tokens: int):
+        super().__init__(head, target, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens)
         self.feature_layers = head.feature_layers(target)
 
     def _to_target(self, ids: Tensor) -> Tensor:

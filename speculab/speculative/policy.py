@@ -4,6 +4,9 @@ A verify's extra tokens are nearly free while a step is memory-bound (small batc
 it is compute-bound, and a request whose drafts keep being rejected pays for them at any batch size. A policy says,
 for the running batch's size, the most draft nodes a request may have (0: decode plainly), and shrinks a request's
 drafts to ``probe_nodes`` while its own acceptance over its last ``window`` steps is below ``min_acceptance``.
+"Speculate less as the batch grows" is this one table, whether it comes from a file (``policy=FILE``), from
+``speculab tune`` (``policy=auto``) or from a method parameter that presets it (``batch_budget``,
+``disable_by_batch_size``); a method with several gets, at each batch size, the smallest of their caps.
 
 Knows: the running batch's size and each request's drafted and accepted counts (its ``SpecStats``). A policy only
 ever shortens a draft (a chain's prefix, a tree's first nodes, whose parents come before them), so verification sees
@@ -16,11 +19,10 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from speculab.speculative.limit import WrappedProposer
-from speculab.speculative.proposer import Proposer, ProposeState
+from speculab.speculative.proposer import Proposer, ProposeState, WrappedProposer
 from speculab.speculative.tree import Draft
 
 AUTO = "auto"  # a method's ``policy`` naming what ``speculab tune`` chose for this machine, target and method
@@ -44,6 +46,37 @@ class SpeculationPolicy:
             raise ValueError(f"min_acceptance must be in [0, 1], got {self.min_acceptance}")
         if self.window < 1 or self.probe_nodes < 0:
             raise ValueError("window must be >= 1 and probe_nodes >= 0")
+
+    @classmethod
+    def batch_budget(cls, budget: int) -> SpeculationPolicy:
+        """About ``budget`` draft nodes a step shared by the batch: ``budget // batch size`` a request, at least one.
+        At batch sizes where a verify step's extra tokens are no longer free, an EAGLE tree so capped narrows towards
+        a short chain (``EagleProposer.tree_shape``)."""
+        if budget < 1:
+            raise ValueError("batch_budget must be at least 1")
+        table: list[tuple[int, int]] = []
+        for batch_size in range(1, budget + 1):
+            nodes = max(1, budget // batch_size)
+            if not table or table[-1][1] != nodes:
+                table.append((batch_size, nodes))
+        return cls(tuple(table))
+
+    @classmethod
+    def disable_by_batch_size(cls, max_batch_size: int) -> SpeculationPolicy:
+        """Speculation while at most ``max_batch_size`` requests run, plain decoding above (vLLM v0's
+        ``speculative_disable_by_batch_size``; the benchmark's break-even batch size says where to set it)."""
+        if max_batch_size < 1:
+            raise ValueError("disable_by_batch_size must be at least 1")
+        return cls(((max_batch_size + 1, 0),))
+
+    def capped_by(self, other: SpeculationPolicy) -> SpeculationPolicy:
+        """This policy under ``other``'s batch table too: at each batch size the smaller cap of the two. ``other`` is a
+        batch table alone (a preset): two acceptance floors would not say which one holds."""
+        if other.min_acceptance:
+            raise ValueError("only one of the policies combined may set min_acceptance")
+        sizes = sorted({b for b, _ in self.by_batch_size} | {b for b, _ in other.by_batch_size})
+        caps = [(b, _smaller(self.batch_cap(b), other.batch_cap(b))) for b in sizes]
+        return replace(self, by_batch_size=tuple(entry for i, entry in enumerate(caps) if i == 0 or caps[i - 1][1] != entry[1]))
 
     def batch_cap(self, batch_size: int) -> int | None:
         """The most draft nodes a request may have at this batch size; None: no cap."""
@@ -97,8 +130,9 @@ class SpeculationPolicy:
 
 
 class PolicyProposer(WrappedProposer):
-    """Wraps a proposer and caps each request's draft by a ``SpeculationPolicy``; everything else is the inner
-    proposer's (admit, observe, move and release always reach it, so it stays current through plain steps)."""
+    """Wraps a proposer and caps each request's draft by a ``SpeculationPolicy``, and by the caps of a proposer that
+    wraps this one (the tuner's); everything else is the inner proposer's (admit, observe, move and release always
+    reach it, so it stays current through plain steps)."""
 
     def __init__(self, inner: Proposer, policy: SpeculationPolicy):
         super().__init__(inner)
@@ -126,6 +160,8 @@ class PolicyProposer(WrappedProposer):
 
     def propose(self, state: ProposeState) -> list[Draft]:
         caps = self.caps(state.requests)
+        if state.max_draft_nodes is not None:  # a policy wrapping this one caps the drafts too
+            caps = [_smaller(c, outer) for c, outer in zip(caps, state.max_draft_nodes, strict=True)]
         if all(c == 0 for c in caps):
             return [Draft.empty() for _ in state.requests]
         drafts = self.inner.propose(ProposeState(state.requests, caps))
@@ -152,3 +188,8 @@ class PolicyProposer(WrappedProposer):
     def release(self, slot: int) -> None:
         self._forget(slot)
         self.inner.release(slot)
+
+
+def _smaller(a: int | None, b: int | None) -> int | None:
+    """The smaller of two caps, None meaning no cap."""
+    return a if b is None else b if a is None else min(a, b)

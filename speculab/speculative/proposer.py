@@ -1,15 +1,16 @@
-"""The proposer interface (the table of proposers by method name is ``registry.py``).
+"""The proposer interface, and the base of proposers that wrap another (the table of methods, each naming its
+proposer class, is ``methods.METHODS``).
 
 A proposer turns the running requests into one :class:`Draft` each
 (``propose``). Proposers with state of their own (a draft model's KV cache)
 follow the engine's slots through ``admit`` / ``move`` / ``release``. What
 ``admit`` builds from a prompt alone can be cached with the target's prompt
 (``prompt_cache_key``, ``prompt_state``, ``admit_cached``), so that a cached
-prompt skips the drafter's prefill as it skips the target's. The
-engine knows proposers only through this interface and the registry, never by
-method name. A proposer's settings have no defaults of their own (keyword-only,
-required): ``methods.METHODS`` is their one home; the only defaulted options are
-features that are off unless asked for (None: no batch budget, the whole vocabulary).
+prompt skips the drafter's prefill as it skips the target's. The engine knows
+proposers only through this interface, never by method name. A proposer's
+settings have no defaults of their own (keyword-only, required):
+``methods.METHODS`` is their one home; the only defaulted option is a feature
+that is off unless asked for (None: the whole vocabulary).
 
 Does not know: verification (``verify.py``) or the target's cache.
 """
@@ -17,32 +18,46 @@ Does not know: verification (``verify.py``) or the target's cache.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from speculab.speculative.tree import Draft
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
 
     from speculab.models.config import ModelConfig
-    from speculab.request import Request
+    from speculab.sampling import SamplingParams
+    from speculab.speculative.stats import SpecStats
+
+
+class RunningRequest(Protocol):
+    """What a proposer reads of a running request: the engine's ``speculab.request.Request``, which sits above
+    this package (it keeps a ``SpecStats``), so proposers name it by these fields alone."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    slot: int | None
+    params: SamplingParams
+    generator: torch.Generator | None
+    stats: SpecStats
 
 
 @dataclass(frozen=True)
 class ProposeState:
     """What a proposer may read: the running requests, row i in slot i."""
 
-    requests: list[Request]
+    requests: list[RunningRequest]
     # row i's most draft nodes this step (None: no cap), set by a policy (speculative/policy.py), which then keeps only
     # that many of the draft; a proposer may use it to draft less, and must draft parents before their children
     max_draft_nodes: list[int | None] | None = None
 
-    def most_draft_nodes(self, own: int) -> int:
-        """The most nodes any row may have this step: ``own`` (the proposer's most) unless every row is capped lower."""
+    def most_draft_nodes(self) -> int | None:
+        """The most nodes any row may have this step; None: some row has no cap."""
         caps = self.max_draft_nodes
         if caps is None or any(c is None for c in caps):
-            return own
-        return min(own, max(caps, default=own))
+            return None
+        return max(caps, default=None)
 
 
 class Proposer:
@@ -67,7 +82,7 @@ class Proposer:
     def propose(self, state: ProposeState) -> list[Draft]:
         return [Draft.empty() for _ in state.requests]
 
-    def admit(self, slot: int, request: Request, features: Tensor | None = None) -> None:
+    def admit(self, slot: int, request: RunningRequest, features: Tensor | None = None) -> None:
         """A request entered ``slot``; features: [prompt_len, hidden] the target's prefill hidden states."""
 
     @property
@@ -79,7 +94,7 @@ class Proposer:
         """What ``admit`` built from the prompt alone in ``slot``, for ``admit_cached``."""
         raise NotImplementedError
 
-    def admit_cached(self, slot: int, request: Request, features: Tensor | None, state: Any) -> None:
+    def admit_cached(self, slot: int, request: RunningRequest, features: Tensor | None, state: Any) -> None:
         """``admit`` from a cached ``prompt_state`` of the same prompt and drafter."""
         raise NotImplementedError
 
@@ -91,3 +106,49 @@ class Proposer:
 
     def release(self, slot: int) -> None:
         """The request in ``slot`` left."""
+
+
+class WrappedProposer(Proposer):
+    """A proposer that is another one's in every part of the interface: the base of proposers that only decide
+    how much of the inner one's drafts a step uses (``policy.PolicyProposer``)."""
+
+    def __init__(self, inner: Proposer):
+        self.inner = inner
+        self.name = inner.name
+        self.max_draft_tokens = inner.max_draft_tokens
+        self.needs_features = inner.needs_features
+        self.feature_layers = inner.feature_layers
+        self.prefix_chains = inner.prefix_chains
+        self.learns_across_requests = inner.learns_across_requests
+
+    def propose(self, state: ProposeState) -> list[Draft]:
+        return self.inner.propose(state)
+
+    @property
+    def headroom(self) -> int:
+        return self.inner.headroom
+
+    def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
+        self.inner.bind(num_slots, max_seq_len, target)
+
+    def admit(self, slot: int, request: RunningRequest, features: Tensor | None = None) -> None:
+        self.inner.admit(slot, request, features)
+
+    @property
+    def prompt_cache_key(self) -> object | None:
+        return self.inner.prompt_cache_key
+
+    def prompt_state(self, slot: int) -> Any:
+        return self.inner.prompt_state(slot)
+
+    def admit_cached(self, slot: int, request: RunningRequest, features: Tensor | None, state: Any) -> None:
+        self.inner.admit_cached(slot, request, features, state)
+
+    def observe(self, slot: int, features: Tensor) -> None:
+        self.inner.observe(slot, features)
+
+    def move(self, src: int, dst: int) -> None:
+        self.inner.move(src, dst)
+
+    def release(self, slot: int) -> None:
+        self.inner.release(slot)

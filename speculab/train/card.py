@@ -20,7 +20,7 @@ import torch
 from speculab.engine import Engine, sequence_length
 from speculab.files import sha256_of
 from speculab.sampling import SamplingParams
-from speculab.spec_stats import SpecStats, per_depth_summary
+from speculab.speculative.stats import SpecStats, per_depth_summary
 
 
 def plot_losses(history: list[dict], keys: tuple[str, ...], path: Path, title: str) -> Path:

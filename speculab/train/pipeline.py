@@ -19,8 +19,8 @@ import torch
 
 from speculab import runtime
 from speculab.files import cache_dir, sha256_of
+from speculab.models.draft_vocab import save_ranking
 from speculab.models.loading import load_model
-from speculab.models.token_ranking import save_ranking
 from speculab.train import loop
 from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
 from speculab.train.distill_data import (

@@ -1,14 +1,8 @@
-"""A token frequency ranking: which target tokens a reduced draft vocabulary keeps (FR-Spec).
+"""Counting a token frequency ranking at training time: which target tokens a reduced draft vocabulary keeps.
 
-A drafter that scores only the most frequent tokens pays a fraction of the full
-lm_head per draft step (on SmolLM2 the 49k-row lm_head is most of an EAGLE
-step). Verification still uses the target's full distribution, so the output
-is unchanged; a token outside the kept set simply cannot be drafted.
-
-Knows: counting tokens over the self-distilled training sequences and the
-training share of the code sources (never the benchmark's files). Does not know:
-the file the ranking is kept in (``models/token_ranking.py``) or how a proposer
-uses it.
+Knows: counting tokens over the self-distilled training sequences and the training share of the code sources
+(never the benchmark's files). Does not know: what a reduced draft vocabulary is, the file the ranking is kept in
+or how a drafter reads it back (``models/draft_vocab.py``, their one home).
 """
 
 from __future__ import annotations

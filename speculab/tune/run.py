@@ -9,11 +9,11 @@ from speculab.bench.workload import interleave_domains, load_workload
 from speculab.methods import POLICY, new_proposer, parse_method, proposer_options
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
+from speculab.speculative.policy_store import machine_id, tuned_paths
 from speculab.testbed import testbed
 from speculab.tune.cost_model import CostModel
 from speculab.tune.engines import engine_settings
 from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
-from speculab.tuned_policies import machine_id, tuned_paths
 
 # a drafter that learns from earlier outputs (suffix decoding's shared tree) would learn a prompt's output the first
 # time and draft it perfectly the next: its runs take prompts that do not repeat (a 16-request batch needs about 100)

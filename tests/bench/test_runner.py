@@ -288,7 +288,9 @@ def test_a_bf16_kv_cache_is_recorded_and_stays_lossless(setup, tmp_path):
 def test_policy_auto_runs_what_tune_chose_and_the_cells_record_it(setup, tmp_path, monkeypatch):
     """`speculab tune` on the target, then `bench` with policy=auto: the ngram cells carry the tuned table and stay
     greedy-identical to the baseline."""
-    monkeypatch.setattr("speculab.tune.store.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
+    monkeypatch.setattr(
+        "speculab.speculative.policy_store.cache_dir", lambda: tmp_path / "cache"
+    )  # not SPECULAB_CACHE: the native build lives there
     root, target, draft, workload = setup
     ngram = "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3"
     tune = ["tune", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--method", ngram]

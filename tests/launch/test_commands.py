@@ -14,12 +14,12 @@ import pytest
 from packaging.version import Version
 
 from speculab.launch import sglang, vllm
-from speculab.launch.plan import LaunchRequest, UnsupportedLaunch
+from speculab.launch.command import LaunchRequest, UnsupportedLaunch
 from speculab.methods import parse_method
 
 FIXTURES = Path(__file__).parent / "fixtures"
 METHODS = ["baseline", "ngram", "suffix", "draft", "eagle", "eagle3"]
-PLANNERS = {"vllm": vllm.vllm_plan, "sglang": sglang.sglang_plan}
+BUILDERS = {"vllm": vllm.vllm_command, "sglang": sglang.sglang_command}
 
 
 def parser_of(engine: str, version: str) -> dict:
@@ -56,17 +56,17 @@ def test_every_flag_is_one_the_engine_version_defines(engine, version, method):
     req = request(engine, method, version, tp=2, dtype="float32", max_model_len=2048)
     if (engine, version, method) in UNSUPPORTED:
         with pytest.raises(UnsupportedLaunch, match="arrived in|runs no|has no such"):
-            PLANNERS[engine](req)
+            BUILDERS[engine](req)
         return
-    plan = PLANNERS[engine](req)
+    command = BUILDERS[engine](req)
     defined = set(parser["flags"])
-    assert {f.name for f in plan.flags} <= defined, sorted({f.name for f in plan.flags} - defined)
-    for flag in plan.flags:
+    assert {f.name for f in command.flags} <= defined, sorted({f.name for f in command.flags} - defined)
+    for flag in command.flags:
         choices = parser["choices"].get(flag.name)
         if choices is not None and flag.value is not None:
             assert flag.value in [str(c) for c in choices], (flag.name, flag.value, choices)
         assert flag.why  # every flag says why it is there
-    config = next((json.loads(f.value) for f in plan.flags if f.name == "--speculative-config"), None)
+    config = next((json.loads(f.value) for f in command.flags if f.name == "--speculative-config"), None)
     if config is not None and parser.get("speculative_config_fields"):
         fields = parser["speculative_config_fields"]
         assert set(config) <= set(fields), sorted(set(config) - set(fields))
@@ -75,71 +75,71 @@ def test_every_flag_is_one_the_engine_version_defines(engine, version, method):
 
 
 def test_vllm_v0_flags_and_v1_config():
-    old = vllm.vllm_plan(request("vllm", "ngram", "0.8.2"))
+    old = vllm.vllm_command(request("vllm", "ngram", "0.8.2"))
     assert old.argv[old.argv.index("--speculative-model") + 1] == "[ngram]"
     assert "--speculative-config" not in old.argv and "--use-v2-block-manager" not in old.argv
-    eagle_old = vllm.vllm_plan(request("vllm", "eagle", "0.8.2"))
+    eagle_old = vllm.vllm_command(request("vllm", "eagle", "0.8.2"))
     assert eagle_old.argv[eagle_old.argv.index("--speculative-draft-tensor-parallel-size") + 1] == "1"
-    new = vllm.vllm_plan(request("vllm", "eagle", "0.32.0"))
+    new = vllm.vllm_command(request("vllm", "eagle", "0.32.0"))
     config = json.loads(new.argv[new.argv.index("--speculative-config") + 1])
     assert config == {"method": "eagle", "model": "/exported/eagle", "num_speculative_tokens": 3}  # the spec's depth: a chain
     assert "disable_by_batch_size" not in json.dumps(config)
-    draft = json.loads(vllm.vllm_plan(request("vllm", "draft", "0.32.0")).flags[-1].value)
+    draft = json.loads(vllm.vllm_command(request("vllm", "draft", "0.32.0")).flags[-1].value)
     assert draft["method"] == "draft_model" and draft["num_speculative_tokens"] == 3
 
 
 def test_vllm_versions_without_draft_models_or_eagle3_say_which_version_has_them():
     with pytest.raises(UnsupportedLaunch, match="0.14"):
-        vllm.vllm_plan(request("vllm", "draft", "0.12.0"))
+        vllm.vllm_command(request("vllm", "draft", "0.12.0"))
     with pytest.raises(UnsupportedLaunch, match="disable_by_batch_size"):
-        vllm.vllm_plan(LaunchRequest("vllm", parse_method("ngram:disable_by_batch_size=4"), Path("/t"), None, Version("0.32.0")))
+        vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:disable_by_batch_size=4"), Path("/t"), None, Version("0.32.0")))
 
 
 def test_sglang_flags_come_together_and_the_token_map_is_passed():
-    plan = sglang.sglang_plan(request("sglang", "eagle", "0.5.23", token_map=Path("/exported/eagle/token_map.pt")))
-    argv = plan.argv
+    command = sglang.sglang_command(request("sglang", "eagle", "0.5.23", token_map=Path("/exported/eagle/token_map.pt")))
+    argv = command.argv
     assert argv[:4] == ["python", "-m", "sglang.launch_server", "--model-path"]
     for flag in ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--enable-metrics"):
         assert flag in argv
     assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE"
     assert argv[argv.index("--speculative-token-map") + 1] == "/exported/eagle/token_map.pt"
     assert "--speculative-draft" not in argv  # only ever an argparse prefix
-    standalone = sglang.sglang_plan(request("sglang", "draft", "0.5.2")).argv
+    standalone = sglang.sglang_command(request("sglang", "draft", "0.5.2")).argv
     assert standalone[standalone.index("--speculative-algorithm") + 1] == "STANDALONE"
     assert standalone[standalone.index("--speculative-eagle-topk") + 1] == "1"
 
 
 def test_the_plan_explains_each_flag_and_pastes_as_one_line():
     req = request("vllm", "ngram", "0.32.0", cpu=True, program=("/env/bin/python", "-m", "vllm.entrypoints.openai.api_server"))
-    plan = vllm.vllm_plan(req)
-    line = plan.shell()
+    command = vllm.vllm_command(req)
+    line = command.shell()
     assert line.startswith("HF_HUB_OFFLINE=1 ") and "LD_PRELOAD=/env/lib/libiomp5.so" in line
     assert "--enforce-eager" in line and '\'{"method":"ngram"' in line  # the JSON is quoted for a shell
-    text = plan.explain()
-    for flag in plan.flags:
+    text = command.explain()
+    for flag in command.flags:
         assert f"# {flag.why}" in text
     assert "(not disable_by_batch_size" in text
 
 
 def test_a_speculab_policy_is_refused_by_the_engines_that_cannot_express_it():
     with pytest.raises(UnsupportedLaunch, match="policy: speculab's per-request draft caps have no"):
-        PLANNERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=/p.json"), Path("/t"), None, Version("0.5.23")))
+        BUILDERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=/p.json"), Path("/t"), None, Version("0.5.23")))
 
 
 def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path):
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
     spec = parse_method(f"ngram:num_speculative_tokens=3,policy={policy}")
-    plan = vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
-    (flag,) = [f for f in plan.flags if f.name == "--speculative-config"]
+    command = vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
+    (flag,) = [f for f in command.flags if f.name == "--speculative-config"]
     config = json.loads(flag.value)
     assert config["num_speculative_tokens"] == 3 and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 7, 1], [8, 8, 0]]
     assert "per batch size" in flag.why
     for version in ("0.23.0", "0.8.2"):
         with pytest.raises(UnsupportedLaunch, match="num_speculative_tokens_per_batch_size arrived in 0.24.0"):
-            vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version(version)))
+            vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version(version)))
     policy.write_text(json.dumps({"by_batch_size": {"1": 3}, "min_acceptance": 0.3}))
     with pytest.raises(UnsupportedLaunch, match="min_acceptance, a per-request floor"):
-        vllm.vllm_plan(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
+        vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
     with pytest.raises(UnsupportedLaunch, match="pass the policy file"):
-        vllm.vllm_plan(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))
+        vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))

@@ -11,11 +11,11 @@ from safetensors.torch import load_file
 from torch import nn
 
 from speculab.launch.export import MANIFEST, TOKEN_MAP, SpeculatorsFormat, drafter_kind, export_drafter
+from speculab.models.draft_vocab import save_ranking
 from speculab.models.eagle3_head import eagle3_feature_layers
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.models.loading import CheckpointError
-from speculab.models.token_ranking import save_ranking
 from tests.helpers import save_tiny_checkpoint, speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 

@@ -20,8 +20,8 @@ from packaging.version import Version
 from speculab.cli import main
 from speculab.jsonl import read_records
 from speculab.launch import vllm
+from speculab.launch.command import LaunchRequest
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
-from speculab.launch.plan import LaunchRequest
 from speculab.methods import parse_method
 from tests.helpers import require_peer_env
 from tests.servers import free_port
@@ -42,12 +42,12 @@ def test_the_installed_vllms_parser_accepts_every_method(vllm_env, tmp_path):
     program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
-    plans = []
+    commands = []
     for method in ("baseline", "ngram", "suffix", "draft", "eagle", "eagle3:eagle=/heads/e3", f"draft:policy={policy}"):
         spec = parse_method(method)
         drafter = None if spec.name in ("baseline", "ngram", "suffix") else Path(f"/exported/{spec.name}")
-        plans.append(
-            vllm.vllm_plan(
+        commands.append(
+            vllm.vllm_command(
                 LaunchRequest(
                     "vllm",
                     spec,
@@ -66,15 +66,15 @@ def test_the_installed_vllms_parser_accepts_every_method(vllm_env, tmp_path):
         [str(vllm_env), str(Path(__file__).parent / "vllm_parse.py")],
         capture_output=True,
         text=True,
-        input=json.dumps([p.argv[len(program) :] for p in plans]),
+        input=json.dumps([p.argv[len(program) :] for p in commands]),
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    for plan, parsed in zip(plans, out["parsed"]):
+    for command, parsed in zip(commands, out["parsed"]):
         assert (parsed["model"], parsed["host"], parsed["port"], parsed["dtype"]) == ("/models/t", "127.0.0.1", 8123, "float32")
         assert parsed["enforce_eager"] and parsed["max_model_len"] == 2048
-        given = next((json.loads(f.value) for f in plan.flags if f.name == "--speculative-config"), None)
+        given = next((json.loads(f.value) for f in command.flags if f.name == "--speculative-config"), None)
         assert parsed["speculative_config"] == given
         if given:
             assert set(given) <= set(out["speculative_config_fields"]) and given["method"] in out["methods"]

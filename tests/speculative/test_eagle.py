@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from speculab.engine import Engine, sequence_length
+from speculab.methods import make_proposer
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
 from speculab.sampling import SamplingParams
-from speculab.speculative.registry import make_proposer
+from speculab.speculative.eagle import StaticTreeEagleProposer
+from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
 from tests.helpers import bf16_kv_target, speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
@@ -132,7 +134,7 @@ def test_static_tree_greedy_identical_and_shaped(tmp_path, hf_target, target, ba
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     prompts = prompts_of([5 + 4 * i for i in range(batch)], seed=7)
     base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
-    proposer = make_proposer("eagle-static", head=head, target=target, tree="mc_sim_7b_63")
+    proposer = StaticTreeEagleProposer(head, target, tree="mc_sim_7b_63")
     engine = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer)
     spec = engine.generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
@@ -145,7 +147,7 @@ def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
     """Node [a] is the head's rank-a token at the root; node [0, b] its rank-b token after node [0]."""
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     paths = [[0], [1], [0, 0], [0, 2]]
-    static = make_proposer("eagle-static", head=head, target=target, tree=paths)
+    static = StaticTreeEagleProposer(head, target, tree=paths)
     dynamic = make_proposer("eagle", head=head, target=target, num_steps=2, topk=3, num_draft_tokens=13)
     from speculab.speculative.proposer import ProposeState
 
@@ -165,13 +167,16 @@ def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_batch_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, target, batch):
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
-    proposer = make_proposer("eagle", head=head, target=target, num_steps=4, topk=4, num_draft_tokens=12, batch_budget=12)
-    assert proposer.tree_shape(1) == (4, 4, 11) and proposer.tree_shape(8) == (1, 1, 1) and proposer.tree_shape(3) == (4, 4, 4)
+    tree = make_proposer("eagle", head=head, target=target, num_steps=4, topk=4, num_draft_tokens=12)
+    budget = SpeculationPolicy.batch_budget(12)
+    shape = {b: tree.tree_shape(budget.batch_cap(b)) for b in (1, 3, 8)}
+    assert shape == {1: (4, 4, 11), 3: (4, 4, 4), 8: (1, 1, 1)} and tree.tree_shape(None) == (4, 4, 11)
+    proposer = PolicyProposer(tree, budget)
     prompts = prompts_of([4 + (5 * i) % 13 for i in range(batch)], seed=batch)
     base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
-    most = proposer.tree_shape(batch)[2]
+    most = shape[batch][2]
     assert all(r.stats.draft_nodes <= most * r.stats.steps for r in spec)
 
 
@@ -217,18 +222,3 @@ def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, 
     torch.testing.assert_close(proposer._logits(hidden), full[..., kept], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="fewer than topk"):
         make_proposer("eagle", head=head, target=target, num_steps=5, topk=5, num_draft_tokens=16, draft_vocab=kept)
-
-
-def test_token_ranking_file_is_checked(tmp_path, hf_target, target):
-    from safetensors.torch import save_file
-
-    from speculab.models.token_ranking import RANKING_FILE, load_token_ranking
-
-    write_eagle_head(tmp_path, hf_target.config)
-    with pytest.raises(CheckpointError, match="no token ranking"):
-        load_token_ranking(tmp_path, target.config.vocab_size)
-    save_file({"token_ids": torch.tensor([5, 5, 1])}, tmp_path / RANKING_FILE)
-    with pytest.raises(CheckpointError, match="distinct ids"):
-        load_token_ranking(tmp_path, target.config.vocab_size)
-    save_file({"token_ids": torch.tensor([5, 9, 1]), "counts": torch.tensor([3, 2, 1])}, tmp_path / RANKING_FILE)
-    assert load_token_ranking(tmp_path, target.config.vocab_size).tolist() == [5, 9, 1]

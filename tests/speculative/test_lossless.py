@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from speculab.engine import Engine, sequence_length
+from speculab.methods import make_proposer
 from speculab.sampling import SamplingParams
 from speculab.speculative.errors import VocabularyMismatchError
-from speculab.speculative.registry import make_proposer
 from tests.helpers import KERNELS, bf16_kv_target, bigram_hf_model, speculab_from_hf, tiny_model, tiny_target
 
 PARAMS = SamplingParams(max_tokens=20, ignore_eos=True)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from speculab.engine import Engine, PromptCache
+from speculab.methods import make_proposer
 from speculab.models.eagle_head import load_eagle_head
 from speculab.sampling import SamplingParams
-from speculab.speculative.registry import make_proposer
 from tests.helpers import tiny_model, write_eagle_head
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from speculab.spec_stats import SpecStats
+from speculab.speculative.stats import SpecStats
 
 
 def chain_steps(accepted_counts, k=3):

@@ -5,9 +5,9 @@ import json
 import torch
 
 from speculab.engine import Engine
+from speculab.methods import make_proposer
 from speculab.models.loading import load_model
 from speculab.sampling import SamplingParams
-from speculab.speculative.registry import make_proposer
 from speculab.train import loop
 from speculab.train.distill_data import batches_by_tokens
 from speculab.train.draft import draft_loss, loss_rows, make_batch, new_draft, save_draft

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from speculab.engine import Engine
+from speculab.methods import make_proposer
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch
 from speculab.sampling import SamplingParams
-from speculab.speculative.registry import make_proposer
 from speculab.train import loop
 from speculab.train.distill_data import batches_by_tokens
 from speculab.train.eagle3 import draft_vocabulary, make_batch, new_eagle3_head, save_eagle3_head, ttt_loss, unrolled_hidden

@@ -5,10 +5,10 @@ import json
 import torch
 
 from speculab.engine import Engine
+from speculab.methods import make_proposer
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import prefill
 from speculab.sampling import SamplingParams
-from speculab.speculative.registry import make_proposer
 from speculab.train import loop
 from speculab.train.distill_data import FeatureRecorder, batches_by_tokens
 from speculab.train.eagle import head_loss, make_batch, new_head, save_head

@@ -8,7 +8,7 @@ from speculab.cli import main
 from speculab.methods import POLICY, parse_method, proposer_options
 from speculab.runtime import load
 from speculab.speculative.policy import SpeculationPolicy
-from speculab.tuned_policies import file_stem, tuned_paths
+from speculab.speculative.policy_store import file_stem, tuned_paths
 from tests.helpers import save_tiny_checkpoint
 
 METHOD = "ngram:prompt_lookup_min=1"
@@ -16,7 +16,9 @@ METHOD = "ngram:prompt_lookup_min=1"
 
 @pytest.fixture
 def target(tmp_path, monkeypatch):
-    monkeypatch.setattr("speculab.tuned_policies.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
+    monkeypatch.setattr(
+        "speculab.speculative.policy_store.cache_dir", lambda: tmp_path / "cache"
+    )  # not SPECULAB_CACHE: the native build lives there
     return save_tiny_checkpoint(tmp_path / "target")
 
 

@@ -14,7 +14,7 @@ SGLang's ``sglext.spec_tokens_details`` on OpenAI responses (0.5.2x, when the re
 newer versions ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts``), with
 ``completion_tokens`` where only the verify count is given. Formats: tests/launch/fixtures.
 
-Figures, in speculab's terms (``speculab.spec_stats``): τ = tokens emitted per verify
+Figures, in speculab's terms (``speculab.speculative.stats``): τ = tokens emitted per verify
 step, bonus token included; acceptance rate = accepted draft tokens / draft tokens (for a tree,
 draft tokens along the verified depth).
 

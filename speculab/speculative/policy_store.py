@@ -1,10 +1,11 @@
-"""Where ``speculab tune`` (``speculab/tune/``) keeps what it measured, and where ``--policy auto`` finds it.
+"""Where ``speculab tune`` keeps what it measured, and where ``--policy auto`` finds it.
 
 One folder per machine (CPU model and flags, cores, torch threads and version: what a step's cost depends on), one
 per target and dtypes below it, and per method label two files: ``LABEL.policy.json`` (a ``SpeculationPolicy``, as
 ``--policy FILE`` takes it) and ``LABEL.costs.json`` (the cost model, its check and the testbed).
 
-Knows: the cache folder and the machine's record (``testbed.py``). Does not know: how a policy is measured.
+Knows: the cache folder and the machine's record (``testbed.py``). Does not know: how a policy is measured
+(``speculab/tune/``, which writes here; ``methods.py`` reads a tuned policy without loading the tuner).
 """
 
 from __future__ import annotations
