@@ -23,7 +23,7 @@ from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
 from speculab.bench.settings import BenchConfig, RunContext
-from speculab.bench.sizing import calibrate, prompts_per_batch
+from speculab.bench.sizing import calibrate, prompts_per_batch, remembered
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
@@ -204,7 +204,8 @@ def _divergence_fields(target: Target, outputs, reference, margins, at: int) -> 
 
 def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -> dict:
     """The run record's ``prompts_per_batch`` (and the calibration it came from): every prompt, or as many as
-    ``cfg.time_budget_s`` allows on this machine. Sized once: a resumed run keeps its first sizing."""
+    ``cfg.time_budget_s`` allows on this machine. Sized once: a resumed run keeps its first sizing, and a new run takes
+    the sizing an earlier run on this machine with the same settings chose (``sizing.remembered``)."""
     if target is None:
         return {}
     if previous_run and previous_run.get("prompts_per_batch"):
@@ -217,7 +218,9 @@ def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -
     sized = prompts_per_batch(
         rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_budget_s, len(target.prompts)
     )
-    return {"prompts_per_batch": sized, "calibration_tok_s": rates}
+    settings = {k: v for k, v in cfg.record().items() if k not in ("endpoints", "request_timeout", "engine_port", "engine_python")}
+    sized, reused = remembered(settings | {"model_path": str(lm.path), "num_items": len(target.prompts)}, sized)
+    return {"prompts_per_batch": sized, "calibration_tok_s": rates, "sizing_reused": reused}
 
 
 def warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:

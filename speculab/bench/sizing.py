@@ -6,17 +6,25 @@ grow about that way), and the sizing rule: every batch size gets an equal share 
 methods measured at it, and as many prompts as fit that share, a whole number of batches, at least
 one batch and at most the workload's prompts.
 
+Sizings are remembered per machine (``remembered``): a rerun on the same machine with the same settings runs the same
+prompts whatever its own calibration reads, so two runs' speedups compare (the acceptance of a prompt set moves every
+method's speedup alike).
+
 Does not know: what a cell measures (``runner.py``), or how the methods draft: a speculative method is
 taken to run at about plain decoding's rate, which is what sizing a budget needs, not what it reports.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 
 from speculab.engine import Engine
+from speculab.files import cache_dir
 from speculab.sampling import SamplingParams
+from speculab.speculative.policy_store import machine_id
 
 CALIBRATION_TOKENS = 16
 
@@ -69,3 +77,16 @@ def calibrate(model, prompts: list[list[int]], batch_sizes: tuple[int, ...], sto
         requests = engine.generate(chosen, params)
         rates[b] = sum(len(r.output_ids) for r in requests) / (time.perf_counter() - started)
     return rates
+
+
+def remembered(settings: dict, sized: dict[int, int]) -> tuple[dict[int, int], bool]:
+    """The sizing an earlier run on this machine with these ``settings`` (JSON-able) chose, else ``sized``, kept for
+    the next run: (prompts per batch size, whether it was an earlier run's)."""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = cache_dir() / "bench-sizing" / machine_id() / f"{key}.json"
+    try:
+        return {int(b): n for b, n in json.loads(path.read_text())["prompts_per_batch"].items()}, True
+    except (OSError, ValueError, KeyError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"settings": settings, "prompts_per_batch": sized}, default=str, indent=1) + "\n")
+        return sized, False

@@ -3,7 +3,7 @@ record and the cells: ``test_runner.py``)."""
 
 import pytest
 
-from speculab.bench.sizing import prompts_per_batch, rate_at
+from speculab.bench.sizing import prompts_per_batch, rate_at, remembered
 
 RATES = {1: 36.0, 16: 100.0}  # plain decoding tok/s at batch 1 and 16 on a 2-core AVX2 machine
 
@@ -27,3 +27,16 @@ def test_each_batch_size_gets_whole_batches_within_its_share():
 def test_a_large_budget_runs_every_prompt_and_a_small_workload_caps_it():
     assert prompts_per_batch(RATES, (1, 4), 1, 64, 3, 1e6, 16) == {1: 16, 4: 16}
     assert prompts_per_batch(RATES, (1, 8), 1, 64, 3, 1e6, 6) == {1: 6, 8: 6}  # fewer prompts than a batch: all of them
+
+
+def test_a_rerun_on_this_machine_runs_the_sizing_an_earlier_run_chose(tmp_path, monkeypatch):
+    """Two runs whose calibrations differ a little (113 and 123 tok/s at batch 1) would size batch 1 at 8 and 9
+    prompts: a different prompt set, whose acceptance moves every speedup. The second takes the first's."""
+    monkeypatch.setattr("speculab.bench.sizing.cache_dir", lambda: tmp_path)
+    first = prompts_per_batch({1: 112.8, 16: 351.0}, (1, 16), 5, 64, 3, 144, 16)
+    second = prompts_per_batch({1: 122.7, 16: 399.7}, (1, 16), 5, 64, 3, 144, 16)
+    assert first != second  # the calibrations alone would part
+    settings = {"methods": ["baseline", "eagle"], "max_tokens": 64}
+    assert remembered(settings, first) == (first, False)
+    assert remembered(settings, second) == (first, True)
+    assert remembered(settings | {"max_tokens": 32}, second) == (second, False)  # other settings: their own sizing
