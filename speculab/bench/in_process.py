@@ -218,8 +218,7 @@ def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -
     sized = prompts_per_batch(
         rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_budget_s, len(target.prompts)
     )
-    settings = {k: v for k, v in cfg.record().items() if k not in ("endpoints", "request_timeout", "engine_port", "engine_python")}
-    sized, reused = remembered(settings | {"model_path": str(lm.path), "num_items": len(target.prompts)}, sized)
+    sized, reused = remembered(cfg.measured() | {"model_path": str(lm.path), "num_items": len(target.prompts)}, sized)
     return {"prompts_per_batch": sized, "calibration_tok_s": rates, "sizing_reused": reused}
 
 

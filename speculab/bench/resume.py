@@ -1,9 +1,9 @@
 """``speculab bench --resume``: a resumed run is the same run.
 
 Knows: the settings a run recorded (its last run record's ``config`` in ``results.jsonl``), rebuilt as a
-``BenchConfig``; which of them a command line may change on resume (where a launched engine listens, how long an
-HTTP request may take, the endpoints' key: nothing a figure depends on); and which flag contradicts the recorded
-run, by name.
+``BenchConfig``; and which flag contradicts the recorded run, by name. A command line may change on resume only what
+no figure depends on (``settings.OPERATIONAL``: where a launched engine listens, how long an HTTP request may take;
+and the endpoints' key, never recorded).
 Does not know: how the run goes on (``runner.py``), or how the command line is parsed (``cli.py``).
 """
 
@@ -16,8 +16,6 @@ from speculab.bench.settings import BenchConfig
 from speculab.jsonl import read_records
 from speculab.methods import MethodSpec
 
-# settings a resumed run may change: none of them changes what a cell measures
-OPERATIONAL = ("request_timeout", "engine_python", "engine_port")
 FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that names them
     "methods": "--methods/--policy",
     "batch_sizes": "--batch-sizes",
@@ -61,11 +59,13 @@ def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
 
 
 def refuse_contradictions(given: BenchConfig, recorded: BenchConfig, out: Path) -> None:
-    """A flag whose value differs from the recorded run's is refused, naming the flag and both values."""
-    mine, theirs = given.record(), recorded.record()
-    for field, flag in FLAGS.items():
-        if field in OPERATIONAL or mine.get(field) == theirs.get(field):
+    """A flag whose value differs from the recorded run's (in any setting a figure depends on) is refused, naming the
+    flag and both values."""
+    mine, theirs = given.measured(), recorded.measured()
+    for field in mine:
+        if mine[field] == theirs.get(field):
             continue
+        flag = FLAGS.get(field, "--" + field.replace("_", "-"))
         raise ValueError(
             f"--resume: {flag} gives {field}={_shown(mine.get(field))}, but the run in {out} was started with "
             f"{_shown(theirs.get(field))}; drop the flag to continue that run, or pass another --out"

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from speculab.bench.results_store import ResultsFile
 from speculab.methods import MethodSpec
 
+OPERATIONAL = ("request_timeout", "engine_python", "engine_port")  # settings no figure depends on
 ACCEPTANCE = "acceptance"  # the acceptance pass's record kind (acceptance_pass.py)
 PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (sizing.py)
     "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
@@ -64,6 +65,11 @@ class BenchConfig:
         d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
         d["timing"] = "rounds"  # in-process repeats take turns across one batch size's methods (in_process.measure_in_rounds)
         return d
+
+    def measured(self) -> dict:
+        """``record()`` without the operational settings: what a run's figures depend on (a resumed run must keep
+        every one of them; a rerun with the same ones reuses the sizing)."""
+        return {k: v for k, v in self.record().items() if k not in OPERATIONAL}
 
 
 @dataclass(frozen=True)
