@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
+import threading
 import time
 
 from speculab.runtime import add_model_flags
@@ -249,15 +251,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # recorded by commands that write manifests
+    # a plain `kill` unwinds like Ctrl-C: the servers a command launched (bench and tune --engine vllm) are stopped
+    # by their context managers instead of being left running
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm) if main_thread else None
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         print(f"speculab: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,7 @@ def _add_server_flags(b) -> None:
         "--engine-python", default=None, help="the launched engine's Python (default for vLLM: the environment `make vllm` made)"
     )
     b.add_argument("--engine-port", type=int, default=8300, help="the port a launched engine listens on (127.0.0.1)")
+    b.add_argument("--tp", type=int, default=None, help="tensor parallel ranks of each launched engine (default 1)")
 
 
 def config_from_args(args: argparse.Namespace, resumed=None):
@@ -135,6 +136,8 @@ def config_from_args(args: argparse.Namespace, resumed=None):
     }
     endpoints = _endpoints(args) if args.endpoint or args.baseline_endpoint or resumed is None else resumed.endpoints
     methods = _methods(args, resumed, endpoints)
+    if args.tp is not None and (args.tp < 1 or args.tp > 1 and set(given(args.engines, "engines", ("speculab",))) <= {"speculab"}):
+        raise ValueError("--tp: the tensor parallel ranks of a launched engine (--engine vllm), at least 1")
     if not methods and not endpoints:
         raise ValueError("nothing to measure: give --methods or --endpoint")
     return BenchConfig(
@@ -152,6 +155,7 @@ def config_from_args(args: argparse.Namespace, resumed=None):
         engines=tuple(dict.fromkeys(given(args.engines, "engines", ("speculab",)))),
         engine_python=args.engine_python,
         engine_port=args.engine_port,
+        tp=given(args.tp, "tp", 1),
         **chosen,
     )
 

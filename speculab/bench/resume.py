@@ -33,6 +33,7 @@ FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that na
     "prompt_cache": "--prompt-cache/--no-prompt-cache",
     "endpoints": "--endpoint/--baseline-endpoint/--label/--served-model",
     "engines": "--engine",
+    "tp": "--tp",
 }
 
 
@@ -58,14 +59,14 @@ def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
     return BenchConfig(methods=methods, endpoints=endpoints, **values)
 
 
-def refuse_contradictions(given: BenchConfig, recorded: BenchConfig, out: Path) -> None:
+def refuse_contradictions(given: BenchConfig, recorded: BenchConfig, out: Path, flags: dict[str, str] = FLAGS) -> None:
     """A flag whose value differs from the recorded run's (in any setting a figure depends on) is refused, naming the
-    flag and both values."""
+    flag (``flags``: the command's names for each setting) and both values."""
     mine, theirs = given.measured(), recorded.measured()
     for field in mine:
         if mine[field] == theirs.get(field):
             continue
-        flag = FLAGS.get(field, "--" + field.replace("_", "-"))
+        flag = flags.get(field, "--" + field.replace("_", "-"))
         raise ValueError(
             f"--resume: {flag} gives {field}={_shown(mine.get(field))}, but the run in {out} was started with "
             f"{_shown(theirs.get(field))}; drop the flag to continue that run, or pass another --out"

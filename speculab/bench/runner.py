@@ -72,7 +72,8 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
                 {b: [target.loaded.tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
             )
             for engine in cfg.launched:
-                measure_engine(engine, run, items, reference, ours)
+                known = {b: texts for (e, b), texts in references.texts.items() if e == engine}
+                measure_engine(engine, run, items, reference, ours, baseline_texts=known)
     return results.path
 
 
@@ -131,7 +132,7 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
         "resumed": resumed,
         "config": cfg.record()
         | {
-            "dtype": loaded.dtype if loaded is not None else None,
+            "dtype": loaded.dtype if loaded is not None else cfg.dtype,
             "kv_dtype": loaded.kv_dtype if loaded is not None else None,
             "linear_kernels": linear_kind(loaded.model) if loaded is not None else None,
         },

@@ -46,6 +46,7 @@ class BenchConfig:
     engines: tuple[str, ...] = ("speculab",)  # where the methods run: speculab in-process, and/or launched engines
     engine_python: str | None = None  # the launched engines' Python (default for vLLM: `make vllm`'s environment)
     engine_port: int = 8300  # where a launched engine listens, on 127.0.0.1
+    tp: int = 1  # a launched engine's tensor parallel ranks
 
     @property
     def in_process(self) -> tuple[MethodSpec, ...]:

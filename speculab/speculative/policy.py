@@ -69,6 +69,16 @@ class SpeculationPolicy:
             raise ValueError("disable_by_batch_size must be at least 1")
         return cls(((max_batch_size + 1, 0),))
 
+    @classmethod
+    def from_caps(cls, caps: dict[int, int]) -> SpeculationPolicy:
+        """Each measured batch size's cap, holding from that batch size up to the next measured one (a tuner's
+        choice, ``{batch size: draft nodes}``)."""
+        table: list[tuple[int, int]] = []
+        for batch_size, nodes in sorted(caps.items()):
+            if not table or table[-1][1] != nodes:
+                table.append((batch_size, nodes))
+        return cls(tuple(table))
+
     def capped_by(self, other: SpeculationPolicy) -> SpeculationPolicy:
         """This policy under ``other``'s batch table too: at each batch size the smaller cap of the two. ``other`` is a
         batch table alone (a preset): two acceptance floors would not say which one holds."""

@@ -1,7 +1,8 @@
-"""``speculab tune``: measure a method's costs here, choose its draft cap per batch size, check it, keep it.
+"""``speculab tune``: choose a method's draft cap per batch size from measurements, check it, keep it.
 
-The last stdout line is one JSON document: the cost model, the policy, the check and the testbed (also written to
-the store's ``.costs.json``, beside the ``.policy.json`` that ``--policy auto`` reads).
+``--engine speculab`` (the default) measures speculab's own engine and keeps the policy where ``--policy auto`` finds
+it; ``--engine vllm`` measures the real vLLM that will serve (``on_vllm.py``) and writes its policy and vLLM's
+``--speculative-config`` into a run folder. The last stdout line is one JSON document: the tune's record.
 """
 
 from __future__ import annotations
@@ -9,34 +10,101 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from datetime import datetime
 from pathlib import Path
+
+ENGINES = ("speculab", "vllm")
 
 
 def add_tune_parser(sub) -> None:
     from speculab.runtime import add_model_flags
 
-    t = sub.add_parser("tune", help="measure a method's costs on this machine and choose its draft cap per batch size (--policy auto)")
+    t = sub.add_parser("tune", help="measure a method on this machine and choose its draft cap per batch size (--policy auto)")
     t.add_argument("--method", default="eagle", help="a speculative method as `speculab bench` names it (default: eagle)")
+    t.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="speculab",
+        help="speculab: its own engine (the policy --policy auto reads); vllm: one real vLLM launch per draft length, "
+        "then the schedule relaunched and checked (the environment `make vllm` makes)",
+    )
     t.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    t.add_argument("--num-prompts", type=int, default=12, help="workload prompts, the domains in turn (default 12)")
-    t.add_argument("--max-tokens", type=int, default=48, help="tokens each request decodes (default 48)")
-    t.add_argument("--check-steps", type=int, default=24, help="decode steps of the check run at each batch size (0: no check)")
+    t.add_argument(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="workload prompts, the domains in turn (default: 12; vllm: the largest batch size)",
+    )
+    t.add_argument("--max-tokens", type=int, default=None, help="tokens each request decodes (default: 48; vllm: 64)")
+    t.add_argument("--check-steps", type=int, default=24, help="speculab: decode steps of the check run at each batch size (0: no check)")
+    t.add_argument("--repeats", type=int, default=5, help="vllm: timed passes of each cell, their median kept (default 5)")
     t.add_argument("--workload", default=None, help="JSONL as `speculab bench` takes it (default: the shipped prompts)")
-    t.add_argument("--out", type=Path, default=None, help="also write the policy file here")
+    t.add_argument("--draft", default=None, help="vllm: the drafter folder (default: the method's shipped one)")
+    t.add_argument("--engine-port", type=int, default=8300, help="vllm: the port it listens on (127.0.0.1)")
+    t.add_argument("--engine-python", default=None, help="vllm: its Python (default: the environment `make vllm` made)")
+    t.add_argument("--tp", type=int, default=1, help="vllm: tensor parallel ranks, as it will serve (default 1)")
+    t.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="speculab: also write the policy file here; vllm: the run folder (results.jsonl, policy.json, report; default runs/tune-vllm-…)",
+    )
+    t.add_argument("--resume", action="store_true", help="vllm: continue the tune in --out, skipping the cells it measured")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     add_model_flags(t)
     t.set_defaults(func=cmd_tune)
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
-    from speculab.tune.report import print_report
-    from speculab.tune.run import tune
+def check_args(args: argparse.Namespace) -> None:
+    """Bad values and flags that do not apply to the engine are refused, naming the flag."""
+    if min(args.batch_sizes) < 1 or (args.num_prompts or 1) < 1 or (args.max_tokens or 8) < 8 or args.check_steps < 0 or args.repeats < 1:
+        raise ValueError("--batch-sizes, --num-prompts and --repeats must be >= 1, --max-tokens >= 8 and --check-steps >= 0")
+    if args.engine == "speculab":
+        for flag, value in (
+            ("--draft", args.draft),
+            ("--resume", args.resume),
+            ("--engine-python", args.engine_python),
+            ("--tp", args.tp != 1),
+        ):
+            if value:
+                raise ValueError(f"{flag} applies to --engine vllm; speculab's engine takes the drafter in --method (eagle:eagle=PATH)")
+    elif args.resume and args.out is None:
+        raise ValueError("--resume needs --out, the folder of the tune to continue")
+    elif args.out is not None and args.out.is_file():
+        raise ValueError(f"--out {args.out}: with --engine vllm, --out is a run folder, and that is a file")
 
-    if min(args.batch_sizes) < 1 or args.num_prompts < 1 or args.max_tokens < 8 or args.check_steps < 0:
-        raise ValueError("--batch-sizes and --num-prompts must be >= 1, --max-tokens >= 8 and --check-steps >= 0")
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    check_args(args)
     began = time.perf_counter()
-    record = tune(args)
+    if args.engine == "vllm":
+        record = _tune_vllm(args)
+    else:
+        from speculab.tune.report import print_report
+        from speculab.tune.run import tune
+
+        args.num_prompts, args.max_tokens = args.num_prompts or 12, args.max_tokens or 48
+        record = tune(args)
+        print_report(record)
     record["seconds"] = round(time.perf_counter() - began, 1)
-    print_report(record)
     print(json.dumps(record))
     return 0
+
+
+def _tune_vllm(args: argparse.Namespace) -> dict:
+    from speculab.bench.report import build_report
+    from speculab.launch.cli import launch_spec
+    from speculab.methods import POLICY
+    from speculab.tune.on_vllm import tune_vllm
+    from speculab.tune.report import print_engine_report
+
+    spec = launch_spec(args.method, args.draft, args.model is not None)
+    if POLICY not in spec.params:
+        raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
+    if spec.params[POLICY] is not None:
+        raise ValueError("--method: tune chooses the schedule; name the method without a policy")
+    out = args.out or Path("runs") / f"tune-vllm-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    record = tune_vllm(args, spec, out)
+    record |= build_report(out / "results.jsonl", out)
+    print_engine_report(record)
+    return record

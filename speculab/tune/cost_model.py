@@ -189,13 +189,7 @@ class CostModel:
 
     def policy(self) -> SpeculationPolicy:
         """Each measured batch size's best cap, from that batch size up to the next measured one."""
-        table, last = [], None
-        for b in self.batch_sizes():
-            cap = self.best(b).cap
-            if cap != last:
-                table.append((b, cap))
-                last = cap
-        return SpeculationPolicy(tuple(table))
+        return SpeculationPolicy.from_caps({b: self.best(b).cap for b in self.batch_sizes()})
 
     def to_dict(self) -> dict:
         keyed = {k: {str(c): v for c, v in self.acceptance[k].items()} for k in self.acceptance}

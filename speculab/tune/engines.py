@@ -58,4 +58,9 @@ def sglang(spec_name: str, policy: SpeculationPolicy) -> dict:
 
 
 def engine_settings(spec, policy: SpeculationPolicy) -> dict:
-    return {"vllm": vllm(spec.name, policy), "sglang": sglang(spec.name, policy)}
+    """Each engine's settings for the policy, each saying what it rests on: speculab's costs, not the engine's."""
+    measure = f"`speculab tune --engine vllm --method {spec.text}` measures vLLM's own"
+    return {
+        "vllm": vllm(spec.name, policy) | {"basis": f"derived from speculab's costs on this machine, not measured on vLLM; {measure}"},
+        "sglang": sglang(spec.name, policy) | {"basis": "derived from speculab's costs on this machine, not measured on SGLang"},
+    }

@@ -15,7 +15,7 @@ from speculab.engine import Engine, PromptCache
 from speculab.methods import MethodSpec, new_proposer
 from speculab.sampling import SamplingParams
 from speculab.speculative.policy import SpeculationPolicy
-from speculab.tune.cost_model import mean
+from speculab.tune.cost_model import mean, standard_error
 from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_caps, run_steps
 
 COVER = 12  # every run takes at least this many prompts: three of each domain
@@ -73,6 +73,7 @@ def check(t: Tuning, cache: PromptCache, batch_sizes: list[int], policy: Specula
         measured[b] = {
             "steps": len(steps),
             "tok_s": sum(sum(s.emitted) for s in steps) / seconds if seconds else 0.0,
+            "tok_s_se": standard_error([sum(s.emitted) / s.seconds for s in steps if s.seconds]),  # of a step's rate
             "tau": mean(n for s in steps for n in s.emitted),
         }
     return measured

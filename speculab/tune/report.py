@@ -29,6 +29,43 @@ def print_report(record: dict, out=None) -> None:
         print(f"{b:5d}  " + "  ".join(shown) + f"  {chosen:>6}  {checked}", file=out)
     print("chosen: the smallest cap within one standard error of the best prediction (in the costs file)", file=out)
     print(f"policy: {record['policy']['by_batch_size']} (smallest batch size: most draft nodes a request; 0 = plain)", file=out)
+    if record.get("corrected"):
+        print(f"the check measured the policy below plain decoding at batch sizes {record['corrected']}: plain decoding there", file=out)
     for engine, said in record["engines"].items():
-        print(f"{engine}: {said['settings']}" + (f"  (cannot express: {said['cannot']})" if said.get("cannot") else ""), file=out)
+        print(
+            f"{engine} ({said['basis']}): {said['settings']}" + (f"  (cannot express: {said['cannot']})" if said.get("cannot") else ""),
+            file=out,
+        )
     print(f"written: {record['policy_file']} (--policy auto reads it) and {record['costs_file']}", file=out)
+
+
+def print_engine_report(record: dict, out=None) -> None:
+    """``tune --engine vllm``'s table: each batch size's tok/s at every fixed k, the choice, and its check."""
+    out = out or sys.stdout
+    ks = sorted({int(k) for row in record["sweep"].values() for k in row})
+    flags = " ".join(record["testbed"].get("cpu_flags", []))
+    print(
+        f"{record['method']} on {record['engine']} {record['launch'].get('version', '')}, {record['testbed'].get('cpu')} ({flags})",
+        file=out,
+    )
+    print("output tok/s, the median of passes ± its standard error", file=out)
+    head = "  ".join(f"{'k=' + str(k):>13s}" for k in ks)
+    print(f"{'batch':>5s}  {head}  {'chosen':>6s}  {'checked':>13s}  {'vs plain':>8s}  {'vs best':>7s}  {'error':>6s}", file=out)
+    for b, row in record["sweep"].items():
+        c = record["check"][b]
+        shown = "  ".join(f"{row[str(k)]['tok_s']:7.1f} ±{row[str(k)]['se']:4.1f}" if str(k) in row else f"{'-':>13s}" for k in ks)
+        checked = f"{c['checked']['tok_s']:7.1f} ±{c['checked']['se']:4.1f}"
+        ratios = f"{c['vs_plain']:7.2f}x  {c['vs_best_fixed']:6.2f}x  {100 * c['error']:+5.1f}%"
+        print(f"{int(b):5d}  {shown}  {c['chosen_k']:>6}  {checked}  {ratios}", file=out)
+    print("chosen: the smallest k within one standard error of the best; checked: vLLM relaunched with the schedule", file=out)
+    print(f"schedule (num_speculative_tokens_per_batch_size): {record['schedule']}", file=out)
+    if record.get("plain_faster_at") and any(record["chosen"].values()):
+        print(
+            f"at batch sizes {record['plain_faster_at']} vLLM without --speculative-config is faster than the schedule beyond the "
+            "spread (vLLM cannot switch speculation off inside it): at such loads, serve plainly",
+            file=out,
+        )
+    config = next((f["value"] for f in record["launch"].get("flags", []) if f["flag"] == "--speculative-config"), None)
+    print(f"vllm --speculative-config '{config}'" if config else f"vllm: {record['launch']['command']}", file=out)
+    serve = f"; serve with: speculab launch vllm --method {record['launch']['method']}" if "method" in record["launch"] else ""
+    print(f"written: {record['policy_file']}, {record.get('report_md', '')}{serve}", file=out)

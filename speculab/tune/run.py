@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.methods import POLICY, new_proposer, parse_method, proposer_options
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
+from speculab.speculative.policy import SpeculationPolicy
 from speculab.speculative.policy_store import machine_id, tuned_paths
 from speculab.testbed import testbed
 from speculab.tune.cost_model import CostModel
@@ -36,17 +38,26 @@ def tuning(args: argparse.Namespace) -> Tuning:
     return Tuning(loaded, spec, options, prompts, [i.domain for i in items], args.max_tokens, not args.quiet)
 
 
+def below_plain(model: CostModel, batch_size: int, checked: dict) -> bool:
+    """The checked policy falls below plain decoding's prediction at this batch size, beyond both spreads: the check
+    then sends the batch size to plain decoding."""
+    plain = model.cell(batch_size, 0)
+    return checked["tok_s"] + math.hypot(checked["tok_s_se"], plain.predicted_se) < plain.predicted_tok_s
+
+
 def tune(args: argparse.Namespace) -> dict:
     t = tuning(args)
     proposer = t.proposer()
     caps = list(range(proposer.max_draft_tokens + 1))
     cache = warm_prompt_cache(t)
     model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, caps), chains=proposer.prefix_chains)
-    policy = model.policy()
-    checked = check(t, cache, args.batch_sizes, policy, args.check_steps) if args.check_steps else {}
+    chosen = {b: model.best(b).cap for b in args.batch_sizes}
+    checked = check(t, cache, args.batch_sizes, model.policy(), args.check_steps) if args.check_steps else {}
     for b, c in checked.items():
         c["predicted_tok_s"] = model.best(b).predicted_tok_s
         c["error"] = c["tok_s"] / c["predicted_tok_s"] - 1 if c["predicted_tok_s"] else None
+    corrected = [b for b, c in checked.items() if chosen[b] and below_plain(model, b, c)]
+    policy = SpeculationPolicy.from_caps({b: 0 if b in corrected else cap for b, cap in chosen.items()})
     lm = t.loaded
     record = {
         "method": t.spec.label,
@@ -62,7 +73,8 @@ def tune(args: argparse.Namespace) -> dict:
         "num_prompts": len(t.prompts),
         "max_tokens": t.max_tokens,
         "cost_model": model.to_dict(),
-        "chosen": {str(b): model.best(b).cap for b in args.batch_sizes},
+        "chosen": {str(b): cap for b, cap in chosen.items()},
+        "corrected": corrected,
         "policy": policy.to_dict(),
         "check": {str(b): c for b, c in checked.items()},
         "engines": engine_settings(t.spec, policy),

@@ -96,3 +96,12 @@ def test_bench_refuses_a_method_the_engine_cannot_run_before_measuring_anything(
     assert main(argv) == 2
     assert "disable_by_batch_size" in capsys.readouterr().err
     assert not (tmp_path / "run" / "results.jsonl").exists() or "cell" not in (tmp_path / "run" / "results.jsonl").read_text()
+
+
+def test_a_tp_the_heads_cannot_share_is_refused_before_a_launch(capsys):
+    """The embedded model's 9 query and 3 KV heads split over 1, 3 or 9 ranks; 2 is refused with what fits."""
+    assert main(["launch", "vllm", "--method", "baseline", "--tp", "2", "--print"]) == 2
+    err = capsys.readouterr().err
+    assert "9 attention heads and 3 KV heads" in err and "--tp 1 or 3 or 9" in err and "padded_heads" in err
+    assert main(["launch", "vllm", "--method", "baseline", "--tp", "3", "--print"]) == 0
+    assert "--tensor-parallel-size 3" in capsys.readouterr().out

@@ -71,3 +71,26 @@ def test_tune_refuses_what_it_cannot_tune(target, capsys):
 def test_a_long_method_names_a_short_file():
     stem = file_stem("draft:draft=/" + "very/long/" * 20 + "folder")
     assert len(stem) <= 80 and "/" not in stem and stem != file_stem("draft:draft=/other")
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--draft", "/heads/e"], "--draft applies to --engine vllm"),
+        (["--resume"], "--resume applies to --engine vllm"),
+        (["--engine", "vllm", "--resume"], "--resume needs --out"),
+        (["--engine", "vllm", "--method", "baseline"], "nothing to tune"),
+        (["--engine", "vllm", "--method", "ngram:policy=auto"], "name the method without a policy"),
+        (["--engine", "vllm", "--repeats", "0"], "--repeats must be >= 1"),
+    ],
+)
+def test_flags_that_do_not_apply_are_refused_before_anything_runs(flags, message, capsys):
+    assert main(["tune", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_vllm_out_must_be_a_folder(tmp_path, capsys):
+    policy = tmp_path / "policy.json"
+    policy.write_text("{}")
+    assert main(["tune", "--engine", "vllm", "--method", "ngram", "--out", str(policy)]) == 2
+    assert "is a run folder" in capsys.readouterr().err

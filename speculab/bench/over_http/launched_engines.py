@@ -3,7 +3,8 @@
 Knows: the order (the engine's baseline first: it is the reference for greedy agreement), one
 launch per method through ``speculab.launch`` (drafters exported into ``OUT/servers``, each
 server's log beside them, stopped after its cells or on Ctrl-C), a short warm-up request before
-timing (every prompt, when the run shares prefills: the engine's prefix cache then holds them), the cells themselves (``endpoint.measure_endpoint_cell``), and, at temperature 0, each
+timing (every prompt, when the run shares prefills: the engine's prefix cache then holds them) and one short untimed
+pass at each batch size, the cells themselves (``endpoint.measure_endpoint_cell``), and, at temperature 0, each
 divergence from the engine's own baseline checked for a near-tie with the target
 (``divergence.py``).
 
@@ -14,12 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
-from speculab.bench.over_http.endpoint import Endpoint, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.over_http.endpoint import Endpoint, EndpointInfo, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.over_http.server_stats import reported_kv_tokens
 from speculab.bench.settings import RunContext
+from speculab.launch.command import LaunchCommand
 from speculab.launch.prepare import prepare
 from speculab.launch.server import EngineServer
 from speculab.methods import MethodSpec
@@ -43,7 +52,17 @@ def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
     dtype = peer_dtype(cfg, target)
     for engine in engines:
         for spec in cfg.methods:
-            prepare(engine, spec, target, out / "servers", port=cfg.engine_port, python=cfg.engine_python, dtype=dtype, print_only=True)
+            prepare(
+                engine,
+                spec,
+                target,
+                out / "servers",
+                port=cfg.engine_port,
+                tp=cfg.tp,
+                python=cfg.engine_python,
+                dtype=dtype,
+                print_only=True,
+            )
 
 
 class ReferenceModel:
@@ -65,39 +84,84 @@ class ReferenceModel:
         return self.loaded
 
 
-def measure_engine(engine: str, run: RunContext, items, reference: ReferenceModel, speculab_texts: dict[int, list[str]]) -> None:
+@dataclass(frozen=True)
+class Served:
+    """A launched engine serving one method, probed and warmed up: what its cells need."""
+
+    spec: MethodSpec
+    endpoint: Endpoint
+    info: EndpointInfo
+    plan: LaunchCommand
+    kv_tokens: int | None  # the KV capacity the engine reports (vLLM's cache_config_info), None when it reports none
+
+    @property
+    def label(self) -> str:
+        return self.endpoint.label
+
+    def fields(self) -> dict:
+        """What every cell of this server carries besides its figures."""
+        return {"params": self.spec.params, "launch": self.plan.record(), "engine_kv_tokens": self.kv_tokens}
+
+
+@contextmanager
+def served(engine: str, spec: MethodSpec, run: RunContext, reference: ReferenceModel, items, port: int) -> Iterator[Served]:
+    """``spec`` on ``engine`` at ``port``: launched (its log in ``OUT/servers``), probed, every prompt sent once
+    (``_warm_up``); stopped on leaving, Ctrl-C included."""
+    cfg, servers, label = run.cfg, run.out / "servers", engine_label(engine, spec)
+    plan = prepare(
+        engine, spec, reference.path, servers, port=port, tp=cfg.tp, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
+    )
+    run.show(f"starting {label}")
+    with EngineServer(plan, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress):
+        endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
+        info = dataclasses.replace(
+            probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
+        )
+        _warm_up(endpoint, info, items, cfg)
+        yield Served(spec, endpoint, info, plan, reported_kv_tokens(httpx.get(f"{plan.url}/metrics", timeout=30).text))
+
+
+def measure_engine(
+    engine: str,
+    run: RunContext,
+    items,
+    reference: ReferenceModel,
+    speculab_texts: dict[int, list[str]],
+    *,
+    prompts_per_batch: dict[int, int] | None = None,
+    baseline_texts: dict[int, list[str]] | None = None,
+) -> None:
     """Every method of the run on ``engine``, each batch size the plan has left, one server launch per method.
-    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with."""
+    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with;
+    ``prompts_per_batch``: how many of ``items`` (the first ones) each batch size runs (None: all of them);
+    ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call)."""
     cfg = run.cfg
-    texts: dict[int, list[str]] = {}  # batch size -> the engine's baseline outputs
+    texts: dict[int, list[str]] = dict(baseline_texts or {})  # batch size -> the engine's baseline outputs
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
-        label = engine_label(engine, spec)
-        sizes = [b for b in cfg.batch_sizes if run.state.pending(label, b)]
+        sizes = [b for b in cfg.batch_sizes if run.state.pending(engine_label(engine, spec), b)]
         if not sizes:
             continue
-        servers = run.out / "servers"
-        plan = prepare(
-            engine, spec, reference.path, servers, port=cfg.engine_port, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
-        )
-        run.show(f"starting {label}")
-        with EngineServer(plan, servers / f"{engine}-{spec.name}.log", progress=run.progress):
-            endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
-            info = dataclasses.replace(
-                probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
-            )
-            _warm_up(endpoint, info, items, cfg)
+        with served(engine, spec, run, reference, items, cfg.engine_port) as server:
             for batch_size in sizes:
-                run.show(f"{label} b{batch_size}")
-                cell = measure_endpoint_cell(endpoint, info, items, batch_size, cfg, texts.get(batch_size), run.bar)
-                cell |= {"params": spec.params, "launch": plan.record()}
+                run.show(f"{server.label} b{batch_size}")
+                batch_items = items[: prompts_per_batch[batch_size]] if prompts_per_batch else items
+                warm_batch(server, batch_items, batch_size, cfg)
+                cell = measure_endpoint_cell(server.endpoint, server.info, batch_items, batch_size, cfg, texts.get(batch_size), run.bar)
+                cell |= server.fields()
                 if spec.name == "baseline":
                     texts[batch_size] = cell["output_texts"]
-                    cell |= _against_speculab(cell, speculab_texts.get(batch_size), reference, items, cfg)
-                elif cell["greedy_identical"] is False:
-                    cell |= divergence_fields(
-                        divergences(reference(), _prompt_ids(reference(), items), cell["output_texts"], texts[batch_size])
-                    )
+                    cell |= _against_speculab(cell, speculab_texts.get(batch_size), reference, batch_items, cfg)
+                else:
+                    cell |= divergences_from(cell, texts.get(batch_size), reference, batch_items)
                 run.write(cell)
+
+
+def divergences_from(cell: dict, reference_texts: list[str] | None, reference: ReferenceModel, items) -> dict:
+    """Where a greedy cell's output parts from its engine's baseline, each divergence checked for a near-tie on the
+    target (``divergence.py``); nothing when they agree or there is nothing to compare."""
+    if cell.get("greedy_identical") is not False or reference_texts is None:
+        return {}
+    return divergence_fields(divergences(reference(), _prompt_ids(reference(), items), cell["output_texts"], reference_texts))
 
 
 def _against_speculab(cell: dict, ours: list[str] | None, reference_model, items, cfg) -> dict:
@@ -122,6 +186,22 @@ def _warm_up(endpoint: Endpoint, info, items, cfg) -> None:
     body = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 1, "temperature": 0.0}
     warm = items if cfg.prompt_cache else items[:1]
     asyncio.run(run_requests(endpoint, info, warm, 1, [body] * len(warm), cfg.request_timeout, None))
+
+
+WARM_TOKENS = 16  # the untimed pass at each batch size: enough steps to meet every batch shape the cell will
+
+
+def warm_batch(server: Served, items, batch_size: int, cfg) -> None:
+    """One short untimed pass at ``batch_size``: an engine's first steps at a new batch shape are slower (vLLM-CPU's
+    first passes at batch 2 ran at half the speed of its later ones), a cost of starting, not of decoding."""
+    tokens = min(WARM_TOKENS, cfg.max_tokens)
+    body = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": tokens, "temperature": cfg.temperature}
+    asyncio.run(run_requests(server.endpoint, server.info, items, batch_size, [body] * len(items), cfg.request_timeout, None))
+
+
+def _slug(label: str) -> str:
+    """A file name from a method label: ``ngram(num_speculative_tokens=2,…)`` -> ``ngram-num_speculative_tokens-2-…``."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", label).strip("-")[:120]
 
 
 def _prompt_ids(loaded, items) -> list[list[int]]:

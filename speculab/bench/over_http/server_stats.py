@@ -130,3 +130,15 @@ def response_spec(body: dict, completion_tokens: int | None = None) -> ResponseS
         emitted = int(meta.get("completion_tokens") or completion_tokens or 0)
         return ResponseSpec(steps, max(emitted - steps, 0))
     return None
+
+
+def reported_kv_tokens(text: str) -> int | None:
+    """The KV cache's capacity in tokens as vLLM reports it in ``vllm:cache_config_info`` (blocks × block size, on
+    each rank); None when the server reports none."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("vllm:cache_config_info"):
+                labels = sample.labels
+                if labels.get("num_gpu_blocks", "None") != "None" and labels.get("block_size", "None") != "None":
+                    return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    return None

