@@ -67,7 +67,8 @@ def check_args(args: argparse.Namespace) -> None:
             ("--tp", args.tp != 1),
         ):
             if value:
-                raise ValueError(f"{flag} applies to --engine vllm; speculab's engine takes the drafter in --method (eagle:eagle=PATH)")
+                hint = "; speculab's engine takes the drafter in --method (eagle:eagle=PATH)" if flag == "--draft" else ""
+                raise ValueError(f"{flag} applies to --engine vllm{hint}")
     elif args.resume and args.out is None:
         raise ValueError("--resume needs --out, the folder of the tune to continue")
     elif args.out is not None and args.out.is_file():
