@@ -136,7 +136,9 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
     policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
     if not any(chosen.values()):  # plain decoding at every batch size: vLLM without --speculative-config
         launch = {"command": "no --speculative-config: plain decoding at every batch size"}
-        return tune_record(run, spec, measured, chosen, [m for m in measured if m.k == 0], launch)
+        return tune_record(
+            run, spec, k_of=k_of, measured=measured, policy=policy, chosen=chosen, checked=[m for m in measured if m.k == 0], launch=launch
+        )
     longest = with_chain(spec, max(chosen.values()))  # vLLM drafts no more than the schedule's most
     scheduled = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
     check_run = replace(run, cfg=replace(cfg, methods=(scheduled,)))
@@ -145,14 +147,21 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
     checked = [replace(c, k=chosen[c.batch_size]) for c in checked]
     command = prepare(ENGINE, scheduled, reference.path, run.out / "servers", tp=cfg.tp, dtype=cfg.dtype, python=cfg.engine_python)
     launch = command.record() | {"explained": command.explain(), "method": f"{longest.text},policy={policy_path}"}
-    return tune_record(run, spec, measured, chosen, checked, launch)
+    return tune_record(run, spec, k_of=k_of, measured=measured, policy=policy, chosen=chosen, checked=checked, launch=launch)
 
 
 def tune_record(
-    run: RunContext, spec: MethodSpec, measured: list[Measured], chosen: dict[int, int], checked: list[Measured], launch: dict
+    run: RunContext,
+    spec: MethodSpec,
+    *,
+    k_of: dict[str, int],
+    measured: list[Measured],
+    policy: SpeculationPolicy,
+    chosen: dict[int, int],
+    checked: list[Measured],
+    launch: dict,
 ) -> dict:
     """The tune's record: each k's tok/s by batch size, the choice, the schedule, its check, the command."""
-    policy = SpeculationPolicy.from_caps(chosen)
     checked_by_size = check(measured, checked, chosen)
     return {
         "kind": "tune",
@@ -161,7 +170,7 @@ def tune_record(
         "method": spec.label,
         "spec": spec.text,
         "testbed": testbed(),
-        "candidates": {engine_label(ENGINE, c): k for k, c in enumerate(run.cfg.methods)},
+        "candidates": k_of,
         "sweep": {str(b): {str(m.k): m.summary() for m in sorted(measured, key=lambda m: m.k) if m.batch_size == b} for b in chosen},
         "chosen": {str(b): k for b, k in chosen.items()},
         "policy": policy.to_dict(),
