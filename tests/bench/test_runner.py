@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -176,6 +177,24 @@ def test_resume_refuses_a_flag_that_contradicts_the_run_and_a_second_writer(setu
     ]
 
 
+def line_count(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def kill_after_progress(proc: subprocess.Popen, results, rng: random.Random, timeout: float = 240) -> bool:
+    """SIGKILL ``proc`` a seeded random moment (0-0.5 s) after ``results`` gains a line, so the kill falls inside
+    the run on a machine of any speed; False when the process ended first."""
+    before, deadline = line_count(results), time.monotonic() + timeout
+    while proc.poll() is None and line_count(results) <= before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 0.5))
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return True
+
+
 @pytest.mark.long
 def test_a_run_killed_at_random_points_resumes_to_one_complete_run(setup, tmp_path):
     """A real ``speculab bench`` process killed (SIGKILL) at seeded random moments, then resumed until it ends."""
@@ -187,16 +206,10 @@ def test_a_run_killed_at_random_points_resumes_to_one_complete_run(setup, tmp_pa
         started = bool(records(out, "run")) if (out / "results.jsonl").exists() else False
         args = bench_args(setup, out, "--resume") if started else bench_args(setup, out)
         proc = subprocess.Popen(argv + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if attempt < 4:
-            try:
-                proc.wait(timeout=rng.uniform(2.0, 9.0))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                kills += 1
-                continue
-        else:
-            proc.wait(timeout=240)
+        if attempt < 4 and kill_after_progress(proc, out / "results.jsonl", rng):
+            kills += 1
+            continue
+        proc.wait(timeout=240)
         assert proc.returncode == 0, proc.stderr.read()
         break
     assert kills >= 1  # the seeded kill times fall inside the run: the test exercised a resume

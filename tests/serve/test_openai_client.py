@@ -136,7 +136,8 @@ def test_stream_events_end_in_a_blank_line_of_newlines(eagle_server):
     """Events end in "\\n\\n", as vLLM's do: a client splitting on it (vLLM's benchmark) finds the usage event."""
     import httpx
 
-    body = {"model": MODEL, "prompt": QUESTION, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}}
+    options = {"include_usage": True}  # ignore_eos: a sampled first token may be the end of text
+    body = {"model": MODEL, "prompt": QUESTION, "max_tokens": 8, "stream": True, "ignore_eos": True, "stream_options": options}
     raw = httpx.post(f"{eagle_server.v1}/completions", json=body, timeout=120).content.decode()
     assert "\r" not in raw and raw.endswith("data: [DONE]\n\n")
     events = [e for e in raw.split("\n\n") if e.startswith("data: {")]
