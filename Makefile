@@ -25,8 +25,9 @@ native: $(STAMP)
 model: $(STAMP)
 	$(BIN)/speculab fetch
 
-# The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram, suffix decoding × batch sizes 1-16)
-# on the embedded model with its shipped drafters, then report.md / report.html with plots. Each run gets its own
+# The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram, suffix decoding, and EAGLE under the
+# policy `speculab tune` chose here, tuned first if this machine has none × batch sizes 1-16) on the embedded model
+# with its shipped drafters, then report.md / report.html with plots. Each run gets its own
 # folder under runs/ (nothing is overwritten); `speculab bench --resume --out DIR` continues a killed run.
 BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
 bench: setup

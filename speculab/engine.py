@@ -81,6 +81,7 @@ class Engine:
         prompt_cache: PromptCache | None = None,
         prefills_per_step: int | None = None,
         token_logits: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         if not 1 <= max_batch:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
@@ -101,6 +102,9 @@ class Engine:
         self.prefills_per_step = prefills_per_step
         # True: each TokenEvent carries the logits its tokens were chosen from (a benchmark's margins, bench/margins.py)
         self.token_logits = token_logits
+        # the time its requests' admissions and tokens are stamped with: a benchmark whose engines take turns gives
+        # each its own clock, standing still while the others run (bench/turns.py)
+        self.clock = clock
 
     # -- requests -----------------------------------------------------------------
     def check_request(self, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -121,7 +125,7 @@ class Engine:
         params = params or SamplingParams()
         self.check_request(prompt_ids, params)
         stop = frozenset() if params.ignore_eos else (params.stop_token_ids if params.stop_token_ids is not None else self.default_stop_ids)
-        request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator())
+        request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator(), arrival_time=self.clock())
         self.waiting.append(request)
         return request
 
@@ -152,7 +156,7 @@ class Engine:
         return events
 
     def _prefill(self, request: Request) -> TokenEvent:
-        request.admitted_time = time.perf_counter()
+        request.admitted_time = self.clock()
         request.slot = len(self.running)
         self.running.append(request)
         try:
@@ -283,7 +287,7 @@ class Engine:
     ) -> TokenEvent:
         """Append tokens up to the first stop token or the token budget, and mark the request finished."""
         kept: list[int] = []
-        now = time.perf_counter()
+        now = self.clock()
         for token in tokens:
             if token in request.stop_ids:
                 request.finish_reason = "stop"

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 # eagle: the better of the two shipped heads on held-out prompts (BENCHMARKS.md, "The EAGLE-3 head"); eagle3 runs the other
-DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix")
+# the fixed settings of each method, and the adaptive row: EAGLE, the drafter that holds up at larger batches, under
+# the policy `speculab tune` chose for this machine (tuned before the cells when there is none: bench/adaptive.py)
+DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix", "eagle:policy=auto")
 
 
 def add_bench_parsers(sub) -> None:
@@ -170,6 +172,8 @@ def _methods(args: argparse.Namespace, resumed, endpoints: tuple) -> tuple:
         names = args.methods if args.methods is not None else [] if endpoints else DEFAULT_METHODS
         found = tuple(parse_method(m) for m in names)
     methods = tuple(with_policy(m, args.policy) for m in found)
+    if args.methods is None and resumed is None:  # --policy on the defaults makes eagle the adaptive row: once
+        methods = tuple({m.label: m for m in methods}.values())
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise ValueError(f"--methods repeats a method with the same parameters: {labels}")

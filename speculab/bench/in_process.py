@@ -11,7 +11,6 @@ Does not know: the results file, HTTP cells, or how proposers work.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
 from speculab.bench.settings import BenchConfig, RunContext
 from speculab.bench.sizing import calibrate, prompts_per_batch, remembered
+from speculab.bench.turns import OwnClock, Turn, take_turns
 from speculab.bench.workload import WorkloadItem
 from speculab.engine import Engine, PromptCache, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
@@ -31,6 +31,8 @@ from speculab.request import Request
 from speculab.runtime import LoadedModel, load
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
+
+TURN_S = 0.25  # seconds of its own steps each engine runs before the next takes its turn: shorter than the drift
 
 
 def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:
@@ -94,26 +96,28 @@ class Target:
         return replace(self, prompts=self.prompts[:n], items=self.items[:n])
 
 
+def start_run(
+    target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None, margins: MarginsByRequest | None = None
+) -> Turn:
+    """Every prompt queued on a fresh engine at ``batch_size``, on its own clock, not yet stepped; ``margins`` collects
+    each output token's logit margin (margins.py)."""
+    lm, clock = target.loaded, OwnClock()
+    max_len = sequence_length(max(map(len, target.prompts)), max(p.max_tokens for p in params), proposer)
+    engine = Engine(
+        lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache, token_logits=margins is not None, clock=clock
+    )
+    # the clock stands still until the first turn: every request arrives at once, queue_p50_s is its wait for a slot
+    requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
+    return Turn(engine, requests, clock, margins, bar, started=clock())
+
+
 def run_once(
     target: Target, proposer, batch_size: int, params: list[SamplingParams], bar: tqdm | None, margins: MarginsByRequest | None = None
 ) -> tuple[list[Request], float]:
-    """Every prompt through one engine at ``batch_size``: (the requests, wall seconds); ``margins`` collects each
-    output token's logit margin (margins.py)."""
-    lm = target.loaded
-    max_len = sequence_length(max(map(len, target.prompts)), max(p.max_tokens for p in params), proposer)
-    engine = Engine(lm.model, batch_size, max_len, lm.tokenizer.stop_ids, proposer, target.cache, token_logits=margins is not None)
-    requests = [engine.add_request(ids, p) for ids, p in zip(target.prompts, params)]
-    start = time.perf_counter()
-    for r in requests:
-        r.arrival_time = start  # every request arrives at once; queue_p50_s is its wait for a slot
-    while engine.has_work:
-        events = engine.step()
-        if margins is not None:
-            for event in events:
-                margins.add(event)
-        if bar is not None:
-            bar.update(sum(len(e.token_ids) for e in events))
-    return requests, time.perf_counter() - start
+    """Every prompt through one engine at ``batch_size``, alone: (the requests, seconds)."""
+    turn = start_run(target, proposer, batch_size, params, bar, margins)
+    take_turns([turn])
+    return turn.requests, turn.elapsed
 
 
 @dataclass
@@ -125,7 +129,7 @@ class Repeat:
     tokens: int
     requests: list[Request]
     margins: list[list[LogitMargin]]
-    peak_rss_bytes: int
+    peak_rss_bytes: int | None  # None: run in turns beside other engines
 
 
 def sampling_params(target: Target, cfg: BenchConfig) -> list[SamplingParams]:
@@ -134,27 +138,50 @@ def sampling_params(target: Target, cfg: BenchConfig) -> list[SamplingParams]:
 
 
 def run_repeat(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> Repeat:
-    """One repeat of a cell: every prompt through a fresh proposer at ``batch_size``."""
+    """One repeat of a cell alone: every prompt through a fresh proposer at ``batch_size``; its peak memory."""
     reset_peak_memory()
+    turn = start_run(target, new_proposer(spec, options), batch_size, sampling_params(target, cfg), bar, new_margins(cfg))
+    take_turns([turn])
+    return finished_repeat(turn, peak_memory())
+
+
+def new_margins(cfg: BenchConfig) -> MarginsByRequest | None:
     # at temperature 0 each token's logit margins are kept: where outputs part, they tell rounding from a bug
-    margins = MarginsByRequest() if cfg.temperature == 0 else None
-    requests, wall = run_once(target, new_proposer(spec, options), batch_size, sampling_params(target, cfg), bar, margins)
-    tokens = sum(len(r.output_ids) for r in requests)
-    kept = margins.of(requests) if margins is not None else [[] for _ in requests]
-    return Repeat(tokens / wall, wall, tokens, requests, kept, peak_memory())
+    return MarginsByRequest() if cfg.temperature == 0 else None
+
+
+def finished_repeat(turn: Turn, peak_rss_bytes: int | None) -> Repeat:
+    tokens = sum(len(r.output_ids) for r in turn.requests)
+    kept = turn.margins.of(turn.requests) if turn.margins is not None else [[] for _ in turn.requests]
+    return Repeat(tokens / turn.elapsed, turn.elapsed, tokens, turn.requests, kept, peak_rss_bytes)
+
+
+def round_in_turns(
+    target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig, bar: tqdm | None
+) -> list[Repeat]:
+    """One repeat of every cell of ``specs``, their engines taking turns of ``TURN_S`` of their own time (turns.py):
+    a drift in the machine's speed reaches them all within a fraction of a second. No peak memory: all are alive."""
+    params = sampling_params(target, cfg)
+    turns = [start_run(target, new_proposer(s, options_of[s.label]), batch_size, params, bar, new_margins(cfg)) for s in specs]
+    take_turns(turns, TURN_S)
+    return [finished_repeat(t, None) for t in turns]
 
 
 def measure_in_rounds(
     target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig, run: RunContext
 ) -> list[dict]:
-    """The cells of ``specs`` at one batch size, their repeats taking turns in rounds (baseline, A, B, baseline, A, B,
-    ...): a drift in the machine's speed reaches every method of a round alike, so a method's per-round ratio to the
-    baseline of its round cancels it. Each cell's record (baseline first), once every round has run."""
+    """The cells of ``specs`` at one batch size in rounds. The first round runs each method alone, one after another
+    (its peak memory); in the later ones their engines take turns of ``TURN_S``. A method's per-round ratio to the
+    baseline of its round cancels the machine's drift, and the median ratio lies between two rounds taken in turns.
+    Each cell's record (baseline first), once every round has run."""
     repeats: dict[str, list[Repeat]] = {s.label: [] for s in specs}
-    for round_index in range(cfg.repeats):
-        for spec in specs:
-            run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats} {spec.label}")
-            repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
+    for spec in specs:
+        run.show(f"b{batch_size} round 1/{cfg.repeats} {spec.label}")
+        repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
+    for round_index in range(1, cfg.repeats):
+        run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats}, in turns")
+        for spec, repeat in zip(specs, round_in_turns(target, specs, options_of, batch_size, cfg, run.bar)):
+            repeats[spec.label].append(repeat)
     return [cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg) for s in specs]
 
 
@@ -185,7 +212,8 @@ def cell_record(target: Target, spec: MethodSpec, options: dict, repeats: list[R
         "tok_s_by_round": [r.tok_s for r in repeats],
         **request_timings(requests),
         **_stats(requests, target.items),
-        "peak_rss_bytes": max(r.peak_rss_bytes for r in repeats),
+        "peak_rss_bytes": max((r.peak_rss_bytes for r in repeats if r.peak_rss_bytes is not None), default=None),
+        "turn_s": TURN_S if len(repeats) > 1 else None,  # the later rounds' turns (measure_in_rounds)
         "greedy_identical": (outputs == reference) if greedy else None,
         "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),

@@ -1,7 +1,7 @@
 """``speculab bench``: a run from its settings to ``results.jsonl``, one way.
 
 The order: the run's state (``settings.py``: which run, which cells are left) -> the checks that can fail before any model
-loads (endpoints answer, launched engines can run every method) -> the target and its warm-up (``in_process.py``)
+loads (endpoints answer, launched engines can run every method) -> the target, a tuned policy for each adaptive row that has none here (``adaptive.py``), the warm-up (``in_process.py``)
 -> the run record (settings, machine, models, memory estimates, sizing) -> every cell, batch-major, each kind by
 its executor: in-process (``in_process.py``: the methods of one batch size in rounds, taking turns), an endpoint (``over_http/endpoint.py``), an engine speculab launches
 (``over_http/launched_engines.py``) -> the in-process methods' untimed acceptance pass (``acceptance_pass.py``) ->
@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
+from speculab.bench.adaptive import tune_untuned
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
 from speculab.bench.results_store import References, ResultsFile
@@ -51,12 +52,15 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         reference = ReferenceModel(cfg.model, cfg.dtype, target.loaded if target else None)
         check_plans(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
         specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
+        # an adaptive row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
+        tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress) if target is not None else {}
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         if target is not None:
             target.baseline_outputs, target.baseline_margins = references.outputs, references.margins
             in_process.warm_up(target, specs, options_of, progress)
         sizing = in_process.sizing(cfg, target, state.previous_run)
-        results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing)
+        tuned = {"tuned_now_s": tuned_now} if tuned_now else {}
+        results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing | tuned)
         with tqdm(
             total=_tokens_left(cfg, state, specs, endpoints, sizing, len(items)),
             desc="bench",

@@ -64,7 +64,7 @@ class BenchConfig:
             {"url": e.root, "label": e.label, "served_model": e.served_model, "baseline": e.baseline} for e in self.endpoints
         ]  # never the API key
         d["method_params"] = {m.label: {"name": m.name, **m.params} for m in self.methods}
-        d["timing"] = "rounds"  # in-process repeats take turns across one batch size's methods (in_process.measure_in_rounds)
+        d["timing"] = "rounds"  # in-process repeats in rounds across one batch size's methods (in_process.measure_in_rounds)
         return d
 
     def measured(self) -> dict:

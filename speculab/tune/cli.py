@@ -82,14 +82,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
         record = _tune_vllm(args)
     else:
         from speculab.tune.report import print_report
-        from speculab.tune.run import tune
 
-        args.num_prompts, args.max_tokens = args.num_prompts or 12, args.max_tokens or 48
-        record = tune(args)
+        record = tune_speculab(args)
         print_report(record)
     record["seconds"] = round(time.perf_counter() - began, 1)
     print(json.dumps(record))
     return 0
+
+
+def tune_args(argv: list[str]) -> argparse.Namespace:
+    """The settings of ``speculab tune ARGV``, every default as the command line gives it."""
+    parser = argparse.ArgumentParser(prog="speculab")
+    add_tune_parser(parser.add_subparsers())
+    args = parser.parse_args(["tune", *argv])
+    check_args(args)
+    return args
+
+
+def tune_speculab(args: argparse.Namespace) -> dict:
+    """The in-process tune: its policy stored where ``--policy auto`` finds it; its record."""
+    from speculab.tune.run import tune
+
+    args.num_prompts, args.max_tokens = args.num_prompts or 12, args.max_tokens or 48
+    return tune(args)
 
 
 def _tune_vllm(args: argparse.Namespace) -> dict:

@@ -127,22 +127,22 @@ def test_bench_writes_cells_report_and_summary(setup, tmp_path, capsys):
 
 def test_killed_run_resumes_and_loses_only_the_cells_in_flight(setup, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    real = in_process.run_repeat
+    real = in_process.finished_repeat
     calls = {"n": 0}
 
     def dies_in_the_second_batch_size(*args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 11:  # 3 methods x 3 rounds at batch 1, then the second repeat at batch 2
+        if calls["n"] == 11:  # 3 methods x 3 rounds at batch 1, then the second method's first round at batch 2
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(in_process, "run_repeat", dies_in_the_second_batch_size)
+    monkeypatch.setattr(in_process, "finished_repeat", dies_in_the_second_batch_size)
     with pytest.raises(KeyboardInterrupt):
         main(bench_args(setup, out))
     assert {(c["label"], c["batch_size"]) for c in cells(out)} == {(label, 1) for label in LABELS}
     with open(out / "results.jsonl", "a") as f:
         f.write('{"kind": "cell", "run_id": "cut mid-wri')  # a kill in the middle of a write
-    monkeypatch.setattr(in_process, "run_repeat", real)
+    monkeypatch.setattr(in_process, "finished_repeat", real)
     assert main(bench_args(setup, out)) == 2  # without --resume an existing run is never overwritten
     assert main(["bench", "--resume", "--out", str(out), "--no-progress"]) == 0  # README's command: the run's own settings
     rows = cells(out)

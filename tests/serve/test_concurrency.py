@@ -58,7 +58,9 @@ def long_stream(url: str, client: httpx.Client):
 
 
 def quick(url: str) -> httpx.Response:
-    return httpx.post(f"{url}/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2, "ignore_eos": True}, headers=KEY, timeout=60)
+    return httpx.post(
+        f"{url}/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 2, "ignore_eos": True}, headers=KEY, timeout=60
+    )
 
 
 def test_full_queue_answers_429_then_a_leaving_client_frees_its_slot(one_slot_server):

@@ -5,7 +5,7 @@ and the methods take turns, round after round, and each cell keeps ``tok_s_by_ro
 order; round i of every method ran in the same round); a speedup is then the median of the per-round ratios, with
 their lowest and highest. Cells timed separately (older results): the ratio of the two cells' ``tok_s`` (each a
 median over its own repeats), with the method's slowest and fastest repeat (``tok_s_repeats``) over the baseline's
-median. Does not know: which cell is whose baseline (``results.py``), or how a speedup is written (``numbers.py``).
+median. Rounds after the first may take turns within the round (``cell.turn_s``, ``bench/turns.py``). Does not know: which cell is whose baseline (``results.py``), or how a speedup is written (``numbers.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class Speedup:
     low: float | None  # the lowest per-round ratio, or the slowest repeat over the baseline's median; None: one figure
     high: float | None
     rounds: int  # the paired rounds the value is the median of; 0: a ratio of medians from separate cells
+    turn_s: float | None = None  # the rounds after the first took turns of this many seconds (in_process.TURN_S)
 
 
 def speedup(cell: dict[str, Any] | None, baseline: dict[str, Any] | None) -> Speedup | None:
@@ -32,7 +33,7 @@ def speedup(cell: dict[str, Any] | None, baseline: dict[str, Any] | None) -> Spe
     if mine and len(mine) == len(ref) and all(m is not None for m in mine) and all(ref):
         ratios = [m / r for m, r in zip(mine, ref)]
         spread = (min(ratios), max(ratios)) if len(ratios) > 1 else (None, None)
-        return Speedup(statistics.median(ratios), *spread, len(ratios))
+        return Speedup(statistics.median(ratios), *spread, len(ratios), cell.get("turn_s"))
     tok, base = cell.get("tok_s"), baseline.get("tok_s")
     if tok is None or not base:
         return None
@@ -48,6 +49,7 @@ class Timing:
     rounds: tuple[int, ...]  # the distinct numbers of rounds among the paired speedups
     paired: int  # speedups that are medians of per-round ratios
     separate: int  # speedups that are ratios of medians from separate cells
+    turn_s: float | None = None  # the turns of the later rounds, where the paired cells took them
 
     @property
     def text(self) -> str:
@@ -57,6 +59,11 @@ class Timing:
             "being the median of a method's per-round ratios to the baseline's tok/s in the same round "
             "(`cell.tok_s_by_round`), in brackets the lowest and highest ratio"
         )
+        if self.turn_s:
+            paired += (
+                f"; the first round runs each method alone (its peak memory), in the later ones the methods' engines take "
+                f"turns of {self.turn_s:g} s of their own steps, each timed on its own clock (`cell.turn_s`)"
+            )
         separate = (
             "as the ratio of medians from separate cells, a method's median tok/s over its baseline's (`cell.tok_s`) with "
             "the two cells timed at different times, in brackets the method's slowest and fastest repeat "
@@ -74,4 +81,5 @@ class Timing:
 
 def timing(speedups: list[Speedup]) -> Timing:
     paired = [s.rounds for s in speedups if s.rounds]
-    return Timing(tuple(sorted(set(paired))), len(paired), len(speedups) - len(paired))
+    turns = sorted({s.turn_s for s in speedups if s.rounds and s.turn_s})
+    return Timing(tuple(sorted(set(paired))), len(paired), len(speedups) - len(paired), turns[0] if len(turns) == 1 else None)

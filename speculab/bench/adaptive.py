@@ -1,0 +1,35 @@
+"""The adaptive rows of a run: methods under ``policy=auto``, whose policy ``speculab tune`` keeps for this machine.
+
+Knows: which of a run's methods read a tuned policy, where it is kept (``policy_store``), and how to have one made
+when this machine has none: ``speculab tune --method M`` with its defaults, run here before any cell, so the run
+measures the policy a user's ``--policy auto`` would read. Does not know how a policy is measured (``speculab/tune``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from speculab.methods import POLICY, MethodSpec
+from speculab.runtime import LoadedModel
+from speculab.speculative.policy import AUTO
+from speculab.speculative.policy_store import tuned_paths
+
+
+def untuned(specs: list[MethodSpec], loaded: LoadedModel) -> list[MethodSpec]:
+    """The methods under ``policy=auto`` with no tuned policy on this machine for the loaded target."""
+    return [s for s in specs if s.params.get(POLICY) == AUTO and not tuned_paths(loaded, s.text)[0].is_file()]
+
+
+def tune_untuned(specs: list[MethodSpec], loaded: LoadedModel, workload: str | None, progress: bool) -> dict[str, float]:
+    """Tune each method ``untuned`` finds, as ``speculab tune`` would on the run's workload; the seconds each took."""
+    from speculab.tune.cli import tune_args, tune_speculab
+
+    took = {}
+    for spec in untuned(specs, loaded):
+        started = time.perf_counter()
+        argv = ["--method", spec.text, "--model", str(loaded.path), "--dtype", loaded.dtype, "--device", loaded.device]
+        argv += ["--kv-dtype", loaded.kv_dtype] if loaded.kv_dtype else []
+        argv += ["--workload", workload] if workload else []
+        tune_speculab(tune_args(argv + ([] if progress else ["--quiet"])))
+        took[spec.label] = round(time.perf_counter() - started, 1)
+    return took
