@@ -98,6 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
         ignore_eos=args.ignore_eos,
+        verify=args.sampling_verify,
     )
     spec = method_spec(args)
     options = proposer_options(spec, loaded)
@@ -120,6 +121,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "ttft_s": request.ttft,
         "total_s": total,
         "finish_reason": request.finish_reason,
+        "seed": request.noise.seed if request.noise is not None else args.seed,  # a coupled request's, drawn if none was given
         "method": spec.name,
         "label": spec.label,
         "mean_acceptance_length": stats.mean_acceptance_length,
@@ -174,7 +176,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from speculab.methods import add_policy_flag  # the one speculab module the parser needs beyond runtime
+    from speculab.methods import add_policy_flag  # with sampling's flag, what the parser needs beyond runtime
+    from speculab.sampling import add_sampling_verify_flag
 
     parser = argparse.ArgumentParser(prog="speculab", description="Speculative decoding, measured.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's stop tokens")
+    add_sampling_verify_flag(g)
     g.add_argument("--json", action="store_true", help="print one JSON object as the last stdout line")
     g.add_argument(
         "--method",

@@ -29,11 +29,12 @@ import torch
 
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
+from speculab.position_noise import PositionNoise, coupled_tokens, random_seed
 from speculab.request import Request, TokenEvent
 from speculab.sampling import SamplingParams, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
-from speculab.speculative.verify import verify_greedy, verify_sampled
+from speculab.speculative.verify import verify_coupled, verify_greedy, verify_sampled
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
 
@@ -125,7 +126,13 @@ class Engine:
         params = params or SamplingParams()
         self.check_request(prompt_ids, params)
         stop = frozenset() if params.ignore_eos else (params.stop_token_ids if params.stop_token_ids is not None else self.default_stop_ids)
-        request = Request(next(self._ids), list(prompt_ids), params, stop, generator=params.generator(), arrival_time=self.clock())
+        noise = (
+            PositionNoise(params.seed if params.seed is not None else random_seed(), self.model.config.vocab_size)
+            if params.coupled
+            else None
+        )
+        generator = None if params.coupled else params.generator()
+        request = Request(next(self._ids), list(prompt_ids), params, stop, generator=generator, noise=noise, arrival_time=self.clock())
         self.waiting.append(request)
         return request
 
@@ -172,7 +179,10 @@ class Engine:
     def _prefill_admitted(self, request: Request) -> TokenEvent:
         slot = request.slot
         logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
-        token = sample_rows(logits[None], [request.params], [request.generator])[0]
+        if request.noise is not None:
+            token = coupled_tokens(sampling_probs(logits[None], request.params), request.noise.at([0]))[0]
+        else:
+            token = sample_rows(logits[None], [request.params], [request.generator])[0]
         self._admit(slot, request, features if self.proposer.needs_features else None, cached)
         return self._emit(request, [token], logits[None] if self.token_logits else None)
 
@@ -234,6 +244,10 @@ class Engine:
         n = len(tree)
         if r.params.greedy:
             verdict = verify_greedy(tree, logits[:n])
+        elif r.noise is not None:  # the token after node i is at output position len(output_ids) + depth(i)
+            positions = (len(r.output_ids) + tree.depth).tolist()
+            verdict = verify_coupled(tree, sampling_probs(logits[:n], r.params), r.noise.at(positions))
+            r.noise.forget_before(len(r.output_ids))
         else:
             verdict = verify_sampled(tree, sampling_probs(logits[:n], r.params), r.generator)
         start = self.cache.lengths[r.slot]

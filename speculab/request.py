@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speculab.position_noise import PositionNoise
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
 
@@ -27,6 +28,7 @@ class Request:
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (see ``error``)
     error: str | None = None  # why this request alone failed (finish_reason "error"); co-batched requests go on
     generator: torch.Generator | None = None
+    noise: PositionNoise | None = None  # coupled sampling's position-keyed noise; its seed is the request's in force
     arrival_time: float = field(default_factory=time.perf_counter)
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced

@@ -16,6 +16,10 @@ import torch
 from torch import Tensor
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the seeds torch.Generator.manual_seed takes
+# how a sampled request's tokens are drawn and its drafts verified: "coupled" from position-keyed noise
+# (position_noise.py: the same seed gives the same output under any drafter, batch or policy), "rejection" from
+# one generator stream (rejection sampling: a sampled draft accepted more often); "auto": coupled when seeded
+SAMPLING_VERIFY = ("auto", "coupled", "rejection")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
     ignore_eos: bool = False
+    verify: str = "auto"  # one of SAMPLING_VERIFY
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -39,10 +44,17 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator takes), got {self.seed}")
+        if self.verify not in SAMPLING_VERIFY:
+            raise ValueError(f"sampling_verify must be one of {', '.join(SAMPLING_VERIFY)}, got {self.verify!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def coupled(self) -> bool:
+        """Sampled, its tokens drawn from position-keyed noise (``position_noise.py``)."""
+        return not self.greedy and (self.verify == "coupled" or (self.verify == "auto" and self.seed is not None))
 
     def generator(self) -> torch.Generator | None:
         if self.greedy:
@@ -50,6 +62,17 @@ class SamplingParams:
         g = torch.Generator()
         g.manual_seed(self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()).item()))
         return g
+
+
+def add_sampling_verify_flag(parser, default: str | None = "auto") -> None:
+    """``--sampling-verify``, as serve, generate and bench declare it (bench: None, a resumed run's own)."""
+    parser.add_argument(
+        "--sampling-verify",
+        choices=SAMPLING_VERIFY,
+        default=default,
+        help="sampled requests: coupled (a seed gives the same text under any drafter, batch or policy), rejection "
+        "(rejection sampling: a sampled draft is accepted more often), or auto (the default: coupled when seeded)",
+    )
 
 
 def greedy_tokens(logits: Tensor) -> list[int]:

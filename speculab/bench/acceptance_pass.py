@@ -5,7 +5,8 @@ Knows: acceptance needs no timing, so it is measured where it costs least: every
 time, after the timed cells. In fp32 a request's tokens do not depend on its batch, so neither do its drafts; a
 method runs here as it drafts at batch size 1: its batch budget and its policy (which only cap drafts at larger
 batches) are left out, and its figures are batch 1's. Suffix decoding's shared tree does see the other requests'
-outputs, as it would on a server. Each domain's row carries its prompt count.
+outputs, as it would on a server. Each domain's row carries its prompt count. Two methods that draft alike here (an
+adaptive row and its fixed method) share one pass (``same_pass_as``).
 
 Does not know: the timed cells (``in_process.py``) or the report (``report/acceptance_section.py``).
 """
@@ -46,10 +47,19 @@ def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dic
     prompts = [lm.tokenizer.encode_chat(item.message_dicts()) for item in items]
     passed = Target(lm, prompts, items, target.cache)
     total = len(todo) * len(items) * run.cfg.max_tokens
+    measured: dict[str, dict] = {}  # drafted_as -> its record: an adaptive row drafts here as its fixed method does
     with tqdm(total=total, desc="acceptance pass (untimed)", unit="tok", disable=not run.progress, smoothing=0.05) as bar:
         for spec in todo:
             bar.set_postfix_str(spec.label)
-            run.write(measure_acceptance(passed, spec, options_of[spec.label], run.cfg.max_tokens, bar))
+            same = measured.get(as_at_batch_one(spec).text)
+            if same is None:
+                record = measured[as_at_batch_one(spec).text] = measure_acceptance(
+                    passed, spec, options_of[spec.label], run.cfg.max_tokens, bar
+                )
+            else:
+                record = same | {"method": spec.name, "label": spec.label, "same_pass_as": same["label"]}
+                bar.update(len(items) * run.cfg.max_tokens)
+            run.write(record)
 
 
 def as_at_batch_one(spec: MethodSpec) -> MethodSpec:

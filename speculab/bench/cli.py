@@ -15,6 +15,7 @@ DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix", "eagle:polic
 def add_bench_parsers(sub) -> None:
     from speculab.methods import add_policy_flag
     from speculab.runtime import add_model_flags
+    from speculab.sampling import add_sampling_verify_flag
 
     b = sub.add_parser("bench", help="run the benchmark matrix (methods × batch sizes) and write the report")
     profile = b.add_mutually_exclusive_group()
@@ -49,6 +50,7 @@ def add_bench_parsers(sub) -> None:
     b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
     b.add_argument("--temperature", type=float, default=None, help="default: 0 (greedy)")
     b.add_argument("--seed", type=int, default=None, help="prompt i is sampled with seed SEED + i (default: 0)")
+    add_sampling_verify_flag(b, default=None)
     b.add_argument(
         "--workload",
         default=None,
@@ -147,6 +149,7 @@ def config_from_args(args: argparse.Namespace, resumed=None):
         batch_sizes=batch_sizes,
         temperature=given(args.temperature, "temperature", 0.0),
         seed=given(args.seed, "seed", 0),
+        sampling_verify=given(args.sampling_verify, "sampling_verify", "auto"),
         workload=given(args.workload, "workload", None),
         profile=resumed.profile if resumed is not None and args.profile in (None, name) else name + ("+custom" if custom else ""),
         dtype=given(args.dtype, "dtype", None),

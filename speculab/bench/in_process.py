@@ -134,7 +134,10 @@ class Repeat:
 
 def sampling_params(target: Target, cfg: BenchConfig) -> list[SamplingParams]:
     """Each prompt's sampling parameters: the run's temperature, a fixed seed per prompt (the same every repeat)."""
-    return [SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i) for i in range(len(target.prompts))]
+    return [
+        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, verify=cfg.sampling_verify)
+        for i in range(len(target.prompts))
+    ]
 
 
 def run_repeat(target: Target, spec: MethodSpec, options: dict, batch_size: int, cfg: BenchConfig, bar: tqdm | None) -> Repeat:

@@ -24,6 +24,7 @@ FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that na
     "repeats": "--repeats",
     "temperature": "--temperature",
     "seed": "--seed",
+    "sampling_verify": "--sampling-verify",
     "workload": "--workload",
     "profile": "--quick/--full",
     "time_budget_s": "--num-prompts",

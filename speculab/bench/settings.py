@@ -34,6 +34,7 @@ class BenchConfig:
     temperature: float = 0.0
     repeats: int = 1
     seed: int = 0
+    sampling_verify: str = "auto"  # sampled cells: coupled or rejection (sampling.SAMPLING_VERIFY)
     workload: str | None = None
     profile: str = "quick"
     time_budget_s: float | None = None  # in-process cells sized to it (sizing.py); None: every prompt in every cell

@@ -14,7 +14,7 @@ from speculab.serve.protocol import Unsupported
 from speculab.serve.state import ServeState
 from speculab.serve.worker import Handle, QueueFull
 
-SAMPLING_FIELDS = ("max_tokens", "seed", "temperature", "top_p", "top_k")  # named in the engine's ValueErrors
+SAMPLING_FIELDS = ("max_tokens", "seed", "temperature", "top_p", "top_k", "sampling_verify")  # named in the engine's ValueErrors
 
 
 def refuse_unsupported(body) -> None:
@@ -61,7 +61,7 @@ def submit(state: ServeState, body, prompt_ids: list[int], max_tokens: int | Non
     if any(t >= state.vocab_size for t in body.stop_token_ids or ()):
         raise ApiError(400, f"stop_token_ids must be in [0, {state.vocab_size})", "stop_token_ids")
     try:
-        params = body.sampling(max_tokens if max_tokens is not None else room, state.worker.engine.default_stop_ids)
+        params = body.sampling(max_tokens if max_tokens is not None else room, state.worker.engine.default_stop_ids, info.sampling_verify)
         return state.worker.submit(prompt_ids, params)
     except ValueError as err:
         param = next((f for f in SAMPLING_FIELDS if f in str(err)), None)

@@ -19,6 +19,7 @@ import threading
 def add_serve_parser(sub) -> None:
     from speculab.methods import add_policy_flag
     from speculab.runtime import add_model_flags
+    from speculab.sampling import add_sampling_verify_flag
 
     s = sub.add_parser("serve", help="serve the engine over OpenAI-compatible HTTP (vLLM's metric names)")
     add_model_flags(s)
@@ -49,6 +50,7 @@ def add_serve_parser(sub) -> None:
         default=None,
         help="largest request body accepted; a larger one is answered 413 (default: 4 MiB)",
     )
+    add_sampling_verify_flag(s)
     s.add_argument("--served-model-name", default=None, help="the model name clients send (default: the model folder's name)")
     s.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     s.set_defaults(func=cmd_serve)
@@ -93,6 +95,7 @@ def build_server(args: argparse.Namespace):
         label=spec.label,
         dtype=loaded.dtype,
         kv_dtype=loaded.kv_dtype,
+        sampling_verify=args.sampling_verify,
         max_model_len=engine.max_seq_len,
         version=speculab.__version__,
         command=shlex.join(["speculab", *redact_argv(getattr(args, "argv", []))]),

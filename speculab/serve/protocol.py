@@ -114,6 +114,9 @@ class _Sampling(BaseModel):
         default_factory=list
     )  # a single string is taken as a list of one
     ignore_eos: bool = False
+    # speculab's: how a sampled request is drawn and verified (None: the server's --sampling-verify); "coupled" keeps a
+    # seeded request's text the same under any load and setting (sampling.SAMPLING_VERIFY)
+    sampling_verify: Literal["auto", "coupled", "rejection"] | None = None
     n: Annotated[int, Field(ge=1, json_schema_extra={"maximum": 1})] = 1  # n > 1 is refused in words
     logprobs: bool | int | None = None
     best_of: int | None = None
@@ -141,8 +144,9 @@ class _Sampling(BaseModel):
             if name in UNSUPPORTED and not UNSUPPORTED[name](value):
                 raise Unsupported(f"{name} is not supported by speculab serve (it would change the output); leave it out", name)
 
-    def sampling(self, max_tokens: int, model_stop_ids: frozenset[int]) -> SamplingParams:
-        """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does)."""
+    def sampling(self, max_tokens: int, model_stop_ids: frozenset[int], verify: str = "auto") -> SamplingParams:
+        """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does); ``verify``:
+        the server's ``--sampling-verify``, where the request names none."""
         stops = None
         if self.stop_token_ids:  # ignore_eos drops the model's stop tokens, not the ones asked for
             stops = (frozenset() if self.ignore_eos else model_stop_ids) | frozenset(self.stop_token_ids)
@@ -154,6 +158,7 @@ class _Sampling(BaseModel):
             seed=self.seed,
             stop_token_ids=stops,
             ignore_eos=self.ignore_eos and stops is None,
+            verify=self.sampling_verify or verify,
         )
 
     @property

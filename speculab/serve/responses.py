@@ -71,7 +71,7 @@ async def respond(state: ServeState, body, handle: Handle, request: Request, kin
     finally:
         state.worker.abort(handle)  # a no-op once finished; frees the slot when the client left early
     choices = [choice(kind, "".join(pieces), reason, delta=False)]
-    return answer.envelope(kind, choices=choices, usage=usage(handle), metrics=spec_metrics(handle.stats))
+    return answer.envelope(kind, choices=choices, usage=usage(handle), metrics=spec_metrics(handle.stats), **sampled_with(handle))
 
 
 async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[str, list[str]]:
@@ -115,6 +115,12 @@ def usage(handle: Handle) -> dict:
     return {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out, "total_tokens": len(handle.prompt_ids) + n_out}
 
 
+def sampled_with(handle: Handle) -> dict:
+    """A coupled request's seed (the one it named, or the one drawn for it): sent again, it gives the same text."""
+    noise = handle.request.noise if handle.request is not None else None
+    return {} if noise is None else {"sampling": {"verify": "coupled", "seed": noise.seed}}
+
+
 def choice(kind: str, text: str, reason: str | None, delta: bool) -> dict:
     if kind == CHAT:
         key = "delta" if delta else "message"
@@ -148,7 +154,8 @@ async def stream_events(answer: Answer, text: TextStream, include_usage: bool, e
             if "".join(pieces):
                 yield chunk([choice(answer.kind, "".join(pieces), None, delta=True)])
             if reason is not None:
-                yield chunk([choice(answer.kind, "", reason, delta=True)], metrics=spec_metrics(answer.handle.stats))
+                last = {"metrics": spec_metrics(answer.handle.stats), **sampled_with(answer.handle)}
+                yield chunk([choice(answer.kind, "", reason, delta=True)], **last)
                 if include_usage:
                     yield chunk([], usage=usage(answer.handle))
                 break

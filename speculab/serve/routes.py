@@ -49,6 +49,7 @@ async def version(state: State):
         "label": info.label,
         "dtype": info.dtype,
         "kv_dtype": info.kv_dtype or info.dtype,
+        "sampling_verify": info.sampling_verify,
         "command": info.command,
     }
 

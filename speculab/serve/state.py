@@ -31,6 +31,7 @@ class ServeInfo:
     version: str
     command: str | None = None  # the server's command line, secrets redacted (speculab.redact)
     kv_dtype: str | None = None  # the KV cache's dtype (None: the model's)
+    sampling_verify: str = "auto"  # a sampled request's default (``--sampling-verify``; sampling.SAMPLING_VERIFY)
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ batched forward before drafting ``num_speculative_tokens`` tokens as a chain.
 Greedy requests get argmax drafts; sampled requests get drafts sampled from
 the draft model's distribution under the request's own sampling parameters,
 drawn from the request's own generator (so each request's draft randomness is
-its own, seeded or not, and a seeded request is reproducible), and returned
-with those probabilities so verification stays lossless. With a
+its own), and returned with those probabilities so verification stays
+lossless; a request with position-keyed noise (coupled verification) takes the
+exponential race's token at each draft position instead (``_pick``). With a
 reduced draft vocabulary (``draft_vocab``: the most frequent tokens) its
 lm_head scores only those: most of a small draft model's step is its
 vocabulary-wide lm_head.
@@ -24,6 +25,7 @@ import torch
 from speculab.models.config import ModelConfig
 from speculab.models.draft_vocab import ReducedVocabulary
 from speculab.models.llama import Transformer, causal_batch, prefill
+from speculab.position_noise import coupled_tokens
 from speculab.sampling import greedy_tokens, sampling_probs
 from speculab.speculative.errors import VocabularyMismatchError
 from speculab.speculative.proposer import Proposer, ProposeState
@@ -97,24 +99,34 @@ class DraftModelProposer(Proposer):
         self.synced[slot], self.pending[slot] = len(sequence), []
         return sequence[keep:]
 
-    def _pick(self, logits: torch.Tensor, requests) -> tuple[list[int], list[torch.Tensor | None]]:
-        """One draft token per row: argmax for greedy requests, a sample (with its distribution) otherwise.
+    def _pick(self, logits: torch.Tensor, requests, step: int) -> tuple[list[int], list[torch.Tensor | None]]:
+        """One draft token per row, the ``step``-th of its draft: argmax for greedy requests, else a sample (with its
+        distribution over the target's vocabulary).
 
-        A sample is drawn from the request's own generator: rejection sampling is exact only when each
-        draft token is a fresh draw from q, independent of every other request's.
+        A sampled request with position-keyed noise (``position_noise.py``) takes the exponential race's token under
+        its noise at the draft token's output position: the token plain sampling would emit there if the draft model
+        were the target, which is what makes coupled verification accept it often. Any other sample is drawn from
+        the request's own generator: rejection sampling is exact only when each draft token is a fresh draw from q,
+        independent of every other request's.
 
         logits: [batch, vocab], or [batch, n] over a reduced vocabulary's kept tokens.
         """
-        picked, probs = torch.tensor(greedy_tokens(logits)), []
+        picked, probs, coupled = torch.tensor(greedy_tokens(logits)), [], {}
         for row, r in enumerate(requests):
             if r.params.greedy:
                 probs.append(None)
                 continue
             p = sampling_probs(logits[row : row + 1], r.params)[0]
-            picked[row] = torch.multinomial(p, 1, generator=r.generator)[0]
-            probs.append(p if self.reduced is None else self.reduced.spread(p))
-        tokens = picked if self.reduced is None else self.reduced.to_target(picked)
-        return tokens.tolist(), probs
+            full = p if self.reduced is None else self.reduced.spread(p)
+            if r.noise is not None:
+                coupled[row] = coupled_tokens(full[None], r.noise.at([len(r.output_ids) + step]))[0]
+            else:
+                picked[row] = torch.multinomial(p, 1, generator=r.generator)[0]
+            probs.append(full)
+        tokens = (picked if self.reduced is None else self.reduced.to_target(picked)).tolist()
+        for row, token in coupled.items():
+            tokens[row] = token
+        return tokens, probs
 
     def propose(self, state: ProposeState) -> list[Draft]:
         reqs = state.requests
@@ -133,7 +145,7 @@ class DraftModelProposer(Proposer):
         most = state.most_draft_nodes()  # a policy's cap: no step drafts more than any row may keep
         k = self.k if most is None else max(1, min(self.k, most))
         for step in range(k):
-            picked, probs = self._pick(logits, reqs)
+            picked, probs = self._pick(logits, reqs, step)
             for row in range(len(reqs)):
                 drafted[row].append(picked[row])
                 dists[row].append(probs[row])

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from speculab.models.config import ModelConfig
+    from speculab.position_noise import PositionNoise
     from speculab.sampling import SamplingParams
     from speculab.speculative.stats import SpecStats
 
@@ -40,6 +41,7 @@ class RunningRequest(Protocol):
     slot: int | None
     params: SamplingParams
     generator: torch.Generator | None
+    noise: PositionNoise | None  # sampled under coupled verification: its position-keyed noise (position_noise.py)
     stats: SpecStats
 
 

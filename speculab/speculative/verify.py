@@ -20,6 +20,14 @@ rejection, SpecInfer/EAGLE style, for siblings). Deterministic drafts (top-k,
 n-gram) have q = a point mass on x: accept with p(x), else zero p(x). When no
 child is accepted, the recovered token is sampled from what is left of p.
 
+Coupled (drafter-invariant, a sampled request with position-keyed noise): the
+target's token after each node is the exponential race's argmax p(v) / E_t(v)
+with the noise of that token's output position; the kept path is the greedy
+one over those tokens. The output is then plain sampling's under the same noise,
+token for token, whatever was drafted. For deterministic drafts each child is
+accepted with probability p(x), as under rejection; a sampled draft is accepted
+at least (1 - TV) / (1 + TV) of the time, against rejection's 1 - TV.
+
 Does not know: models or caches; it maps (tree, target distributions) to a path.
 """
 
@@ -63,6 +71,17 @@ def verify_greedy(tree: VerifyTree, target_logits: Tensor) -> Verdict:
 
     path = [0, *longest(0)]
     return Verdict(path, argmax[path[-1]], recovered=bool(children[path[-1]]))
+
+
+def verify_coupled(tree: VerifyTree, target_probs: Tensor, noise: Tensor) -> Verdict:
+    """Coupled (drafter-invariant): greedy verification of the exponential race's scores, so a node is accepted
+    exactly when its token is what plain sampling under the same position-keyed noise emits there
+    (``position_noise.py``).
+
+    target_probs: [n, vocab] fp32, row i = the target's distribution after node i; noise: [n, vocab], row i = E_t at
+    the output position of the token after node i.
+    """
+    return verify_greedy(tree, target_probs / noise)
 
 
 def verify_sampled(tree: VerifyTree, target_probs: Tensor, generator: torch.Generator | None) -> Verdict:

@@ -143,3 +143,30 @@ def test_vocabulary_mismatch_is_a_clear_error(target):
 def test_unknown_method_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown method 'medusa'"):
         make_proposer("medusa")
+
+
+def seeded_sampling(n: int) -> list[SamplingParams]:
+    """Seeded sampled requests (coupled: ``--sampling-verify auto``), half of them under top-k and top-p."""
+    return [
+        SamplingParams(max_tokens=20, ignore_eos=True, temperature=0.8, seed=100 + i, **({"top_k": 20, "top_p": 0.9} if i % 2 else {}))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_seeded_sampled_output_identical_to_baseline(target, other_draft, method):
+    """Coupled sampling: a seeded request's tokens are plain sampling's for its seed, on every kernel kind."""
+    prompts = repetitive_prompts(4, seed=9)
+    params = seeded_sampling(len(prompts))
+    requests = speculative(target, prompts, METHODS[method](target, other_draft), params)
+    assert [r.output_ids for r in requests] == baseline(target, prompts, params)
+    assert sum(r.stats.accepted_tokens for r in requests) > 0
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_seeded_sampled_output_identical_to_baseline_on_a_bf16_cache(other_draft, method):
+    target = bf16_kv_target(seed=5)[1]
+    prompts = repetitive_prompts(3, seed=7)
+    params = seeded_sampling(len(prompts))
+    got = [r.output_ids for r in speculative(target, prompts, METHODS[method](target, other_draft), params)]
+    assert got == baseline(target, prompts, params)

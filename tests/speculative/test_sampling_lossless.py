@@ -4,7 +4,9 @@ Each run sends one engine a mixed stream of requests, 16 at a time: seeded sampl
 requests side by side. The greedy ones must equal plain greedy decoding; the sampled ones' tokens at output positions 1, 2
 and 3 (the first three that speculation can produce) must follow the target's exact marginal there, computed by
 summing over every path before it. Unseeded runs are the case vLLM's users send by default: each such request
-draws its seed from torch's global generator, which the test seeds so that it is deterministic. The prompt cache
+draws its seed from torch's global generator, which the test seeds so that it is deterministic. Seeded requests are
+sampled by the coupled race (``position_noise.py``) and unseeded ones by rejection (``--sampling-verify auto``), so
+both samplers' marginals are held here. The prompt cache
 is on (every request has the one prompt): prefill is not what is tested here, and it would be half the time.
 
 The bound at each position comes from the noise floor: the TV distance that ``N`` exact draws have from the
@@ -178,12 +180,12 @@ def test_a_drafter_sharing_randomness_across_requests_is_caught(setup, monkeypat
     drafters, exact, _ = setup
     real_pick = draft_model.DraftModelProposer._pick
 
-    def shared_stream(self, logits, requests):
+    def shared_stream(self, logits, requests, step):
         saved = [r.generator for r in requests]
         for r in requests:
             r.generator = torch.Generator().manual_seed(0x5EED) if r.generator is not None else None
         try:
-            return real_pick(self, logits, requests)
+            return real_pick(self, logits, requests, step)
         finally:
             for r, g in zip(requests, saved):
                 r.generator = g

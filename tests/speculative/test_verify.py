@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from speculab.speculative.tree import Draft, VerifyTree
-from speculab.speculative.verify import verify_greedy, verify_sampled
+from speculab.speculative.verify import verify_coupled, verify_greedy, verify_sampled
 
 V = 6
 
@@ -112,3 +112,20 @@ def test_sampled_verdict_tells_the_recovered_token_from_the_bonus():
     assert accepted.accepted == [0, 1] and accepted.next_token == 2 and not accepted.recovered
     plain = verify_sampled(VerifyTree.from_draft(0, Draft.empty()), probs[:1], gen)  # no draft: plain decoding
     assert plain.accepted == [0] and plain.next_token == 1 and not plain.recovered
+
+
+def test_coupled_follows_the_race_at_each_nodes_position():
+    """Root children 1 and 4 (2 under 1): the race picks 4 at the root, so the path is [0, 2] and the next token is
+    the race's at node 2, whichever token the draft has there."""
+    draft = Draft(torch.tensor([1, 4, 2]), torch.tensor([-1, -1, 0]))
+    tree = VerifyTree.from_draft(0, draft)
+    probs = torch.full((4, 5), 0.2)
+    noise = torch.ones(4, 5)
+    noise[0, 4] = 0.1  # at the root's position token 4 wins (0.2 / 0.1)
+    noise[2, 3] = 0.5  # after node 2 (token 4), at the next position: token 3
+    noise[[1, 3], 3] = 0.5  # rows at that position share its noise
+    verdict = verify_coupled(tree, probs, noise)
+    assert verdict.accepted == [0, 2] and verdict.next_token == 3 and not verdict.recovered
+    noise[0, 4], noise[0, 1] = 1.0, 0.1  # now token 1 wins at the root, then the race after node 1 (token 3, not 2)
+    verdict = verify_coupled(tree, probs, noise)
+    assert verdict.accepted == [0, 1] and verdict.next_token == 3 and verdict.recovered
