@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.position_noise import PositionNoise, coupled_tokens, random_seed
@@ -184,7 +185,7 @@ class Engine:
         else:
             token = sample_rows(logits[None], [request.params], [request.generator])[0]
         self._admit(slot, request, features if self.proposer.needs_features else None, cached)
-        return self._emit(request, [token], logits[None] if self.token_logits else None)
+        return self._emit(request, [token], logits[None] if self._keeps_logits(request) else None)
 
     def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
         """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""
@@ -257,7 +258,7 @@ class Engine:
         if features is not None:
             self.proposer.observe(r.slot, features[verdict.accepted])
         accepted = tree.tokens[verdict.accepted[1:]].tolist()
-        chosen_from = logits[verdict.accepted] if self.token_logits else None  # row of node i: token i+1
+        chosen_from = logits[verdict.accepted] if self._keeps_logits(r) else None  # row of node i: token i+1
         return self._emit(r, accepted + [verdict.next_token], chosen_from)
 
     def _features(self, out) -> torch.Tensor:
@@ -312,7 +313,16 @@ class Engine:
             if len(request.output_ids) >= request.params.max_tokens:
                 request.finish_reason = "length"
                 break
-        return TokenEvent(request, kept, request.finished, None if chosen_from is None else chosen_from[: len(kept)])
+        chosen_from = None if chosen_from is None else chosen_from[: len(kept)]
+        logprobs = None
+        if request.params.logprobs is not None:
+            logprobs = token_logprobs(chosen_from, kept, request.params.logprobs) if kept else []
+            request.logprobs += logprobs
+        return TokenEvent(request, kept, request.finished, chosen_from if self.token_logits else None, logprobs)
+
+    def _keeps_logits(self, request: Request) -> bool:
+        """A step keeps the logits its tokens were chosen from: for a benchmark's margins, or the request's logprobs."""
+        return self.token_logits or request.params.logprobs is not None
 
     def _release_finished(self) -> None:
         """Free finished slots, moving the last running request into each hole."""

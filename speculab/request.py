@@ -1,7 +1,8 @@
 """One request's state as the engine keeps it, and the tokens one step gives it.
 
 Knows: what a request asked for (prompt, sampling parameters, stop ids), what it produced so far (tokens, their
-times, its speculation counters) and how it ended; the logits a step chose its tokens from, when asked.
+times, its speculation counters) and how it ended; the logits a step chose its tokens from, and the tokens' logprobs,
+when asked.
 Does not know: slots' caches or steps (``engine.py`` moves a request through them), proposers, or HTTP.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speculab.logprobs import TokenLogprob
 from speculab.position_noise import PositionNoise
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
@@ -32,6 +34,7 @@ class Request:
     arrival_time: float = field(default_factory=time.perf_counter)
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # each output token's, where asked (params.logprobs)
     stats: SpecStats = field(default_factory=SpecStats)
 
     @property
@@ -51,3 +54,4 @@ class TokenEvent:
     token_ids: list[int]
     finished: bool
     logits: torch.Tensor | None = None  # [len(token_ids), vocab]: the rows each token was chosen from (Engine token_logits)
+    logprobs: list[TokenLogprob] | None = None  # one a token, where the request asked (SamplingParams.logprobs)

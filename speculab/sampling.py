@@ -32,6 +32,7 @@ class SamplingParams:
     stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
     ignore_eos: bool = False
     verify: str = "auto"  # one of SAMPLING_VERIFY
+    logprobs: int | None = None  # report each token's logprob and this many top tokens' (logprobs.py); None: none
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -44,6 +45,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator takes), got {self.seed}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
         if self.verify not in SAMPLING_VERIFY:
             raise ValueError(f"sampling_verify must be one of {', '.join(SAMPLING_VERIFY)}, got {self.verify!r}")
 

@@ -11,12 +11,13 @@ The accepted set, three kinds:
 - honoured: ``model``, ``prompt`` / ``messages``, ``max_tokens`` /
   ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``,
   ``stop``, ``stop_token_ids``, ``ignore_eos``, ``stream``,
-  ``stream_options.include_usage`` (and vLLM's ``continuous_usage_stats``), and ``n``, ``best_of``, ``logprobs``,
+  ``stream_options.include_usage`` (and vLLM's ``continuous_usage_stats``), ``logprobs`` (completions: 0-20 top
+  tokens; chat: true, with ``top_logprobs`` 0-20), speculab's ``sampling_verify``, and ``n``, ``best_of``,
   ``echo``, ``suffix``, ``tools`` at their neutral values;
 - refused by name (400) unless at their neutral value, because each would change
   what is generated and speculab does not do it: ``UNSUPPORTED``'s keys
   (``response_format``, ``logit_bias``, the penalties, ``min_p``, guided
-  decoding, ...), and ``n`` > 1, ``logprobs``, ``echo``, ``suffix``, ``tools``;
+  decoding, ...), and ``n`` > 1, ``echo``, ``suffix``, ``tools``;
 - ignored, as vLLM does: every other field (informational ones such as
   ``user``, ``metadata``, ``store``, ``service_tier``, ``priority``).
 
@@ -32,6 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from speculab.logprobs import MAX_TOP_LOGPROBS
 from speculab.sampling import SEED_MAX, SEED_MIN, SamplingParams
 
 ROLES = ("system", "developer", "user", "assistant")
@@ -74,7 +76,6 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "structured_outputs": _absent,
     "use_beam_search": _absent,
     "prompt_logprobs": _absent,
-    "top_logprobs": _equals(0),
     "truncate_prompt_tokens": _absent,
     "include_stop_str_in_output": _absent,
     "skip_special_tokens": _equals(True),
@@ -118,7 +119,8 @@ class _Sampling(BaseModel):
     # seeded request's text the same under any load and setting (sampling.SAMPLING_VERIFY)
     sampling_verify: Literal["auto", "coupled", "rejection"] | None = None
     n: Annotated[int, Field(ge=1, json_schema_extra={"maximum": 1})] = 1  # n > 1 is refused in words
-    logprobs: bool | int | None = None
+    logprobs: bool | int | None = None  # completions: how many top tokens (0-20); chat: whether to report them
+    top_logprobs: int | None = None  # chat: how many top tokens (0-20)
     best_of: int | None = None
 
     @field_validator("stop", mode="before")
@@ -138,11 +140,18 @@ class _Sampling(BaseModel):
     def refuse_unsupported(self) -> None:
         if self.n != 1 or (self.best_of or 1) != 1:
             raise Unsupported("n > 1 (several choices per request) is not supported; send n separate requests", "n")
-        if self.logprobs not in (None, False, 0):
-            raise Unsupported("logprobs are not supported by speculab serve", "logprobs")
+        self.logprob_count()  # refuses a count out of range, naming its field
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED and not UNSUPPORTED[name](value):
                 raise Unsupported(f"{name} is not supported by speculab serve (it would change the output); leave it out", name)
+
+    def logprob_count(self) -> int | None:
+        """How many top tokens each token's logprobs list (0: the token's alone); None: no logprobs."""
+        if self.logprobs is None or self.logprobs is False:
+            return None
+        if self.logprobs is True or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise Unsupported(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}]", "logprobs")
+        return self.logprobs
 
     def sampling(self, max_tokens: int, model_stop_ids: frozenset[int], verify: str = "auto") -> SamplingParams:
         """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does); ``verify``:
@@ -159,6 +168,7 @@ class _Sampling(BaseModel):
             stop_token_ids=stops,
             ignore_eos=self.ignore_eos and stops is None,
             verify=self.sampling_verify or verify,
+            logprobs=self.logprob_count(),
         )
 
     @property
@@ -241,6 +251,19 @@ class ChatCompletionRequest(_Sampling):
         super().refuse_unsupported()
         if self.tools:
             raise Unsupported("tools are not supported by speculab serve", "tools")
+
+    def logprob_count(self) -> int | None:
+        """OpenAI's chat form: ``logprobs`` true, and ``top_logprobs`` (0-20) top tokens beside each token's."""
+        if self.logprobs not in (None, True, False):
+            raise Unsupported("logprobs must be true or false in a chat request (top_logprobs says how many)", "logprobs")
+        top = self.top_logprobs
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise Unsupported(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}]", "top_logprobs")
+        if not self.logprobs:
+            if top:
+                raise Unsupported("top_logprobs needs logprobs: true", "top_logprobs")
+            return None
+        return top or 0
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from fastapi import Request
 from sse_starlette import EventSourceResponse
 
+from speculab.logprobs import TokenLogprob
 from speculab.serve.errors import ApiError, error_body
+from speculab.serve.logprobs_format import CHAT, choice_logprobs  # CHAT: one name for the chat shape
 from speculab.serve.state import ServeState
 from speculab.serve.text import TextStream
 from speculab.serve.worker import Handle, Output
 from speculab.speculative.stats import SpecStats
-
-CHAT = "chat.completion"
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class Answer:
 
     def envelope(self, kind: str, **fields) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.state.info.model_name, **fields}
+
+    def decode(self, token_id: int) -> str:
+        """One token's text, as a choice's logprobs name it."""
+        return self.state.tokenizer.decode([token_id])
 
 
 def spec_metrics(stats: SpecStats) -> dict:
@@ -67,23 +71,26 @@ async def respond(state: ServeState, body, handle: Handle, request: Request, kin
         events = stream_events(answer, text, body.include_usage, body.usage_in_every_chunk)
         return EventSourceResponse(events, ping=15, sep="\n")
     try:
-        reason, pieces = await collect(answer, text, request)
+        reason, pieces, logprobs = await collect(answer, text, request)
     finally:
         state.worker.abort(handle)  # a no-op once finished; frees the slot when the client left early
-    choices = [choice(kind, "".join(pieces), reason, delta=False)]
+    choices = [choice(kind, "".join(pieces), reason, delta=False, logprobs=choice_logprobs(kind, logprobs, answer.decode))]
     return answer.envelope(kind, choices=choices, usage=usage(handle), metrics=spec_metrics(handle.stats), **sampled_with(handle))
 
 
-async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[str, list[str]]:
-    """Every output of a non-streamed request: (finish reason, text pieces)."""
+async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[str, list[str], list[TokenLogprob] | None]:
+    """Every output of a non-streamed request: (finish reason, text pieces, each token's logprobs where asked)."""
     pieces: list[str] = []
+    logprobs = [] if answer.handle.params.logprobs is not None else None
     watcher = asyncio.create_task(abort_on_disconnect(answer, request))
     try:
         while True:
             out: Output = await answer.handle.outputs.get()
             reason = consume(answer, out, text, pieces)
+            if logprobs is not None and out.logprobs:
+                logprobs += out.logprobs
             if reason is not None:
-                return reason, pieces
+                return reason, pieces, logprobs
     finally:
         watcher.cancel()
 
@@ -121,12 +128,12 @@ def sampled_with(handle: Handle) -> dict:
     return {} if noise is None else {"sampling": {"verify": "coupled", "seed": noise.seed}}
 
 
-def choice(kind: str, text: str, reason: str | None, delta: bool) -> dict:
+def choice(kind: str, text: str, reason: str | None, delta: bool, logprobs: dict | None = None) -> dict:
     if kind == CHAT:
         key = "delta" if delta else "message"
         content = {"content": text} if delta else {"role": "assistant", "content": text}
-        return {"index": 0, key: content, "logprobs": None, "finish_reason": reason}
-    return {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        return {"index": 0, key: content, "logprobs": logprobs, "finish_reason": reason}
+    return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}
 
 
 async def stream_events(answer: Answer, text: TextStream, include_usage: bool, every_chunk: bool = False) -> AsyncIterator[dict]:
@@ -140,22 +147,30 @@ async def stream_events(answer: Answer, text: TextStream, include_usage: bool, e
         return {"data": to_json(answer.envelope(chunk_kind, choices=choices, **extra, **so_far))}
 
     role_due = answer.kind == CHAT  # as vLLM: the role comes with the first output, so time to first chunk is TTFT
+    offset = 0  # characters sent so far: the completions shape's text_offset
+    wants = answer.handle.params.logprobs is not None
+    pending: list[TokenLogprob] = []  # the logprobs of tokens whose text is held back (a stop string may follow)
     try:
         while True:
             pieces: list[str] = []
             try:
-                reason = consume(answer, await answer.handle.outputs.get(), text, pieces)
+                out = await answer.handle.outputs.get()
+                reason = consume(answer, out, text, pieces)
             except ApiError as err:
                 yield {"data": to_json(error_body(err.status, err.message))}
                 break
             if role_due:
                 yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
                 role_due = False
+            pending += out.logprobs or []
             if "".join(pieces):
-                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True)])
+                logprobs = choice_logprobs(answer.kind, pending if wants else None, answer.decode, offset)
+                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True, logprobs=logprobs)])
+                offset, pending = offset + len("".join(pieces)), []
             if reason is not None:
                 last = {"metrics": spec_metrics(answer.handle.stats), **sampled_with(answer.handle)}
-                yield chunk([choice(answer.kind, "", reason, delta=True)], **last)
+                logprobs = choice_logprobs(answer.kind, pending, answer.decode, offset) if wants and pending else None
+                yield chunk([choice(answer.kind, "", reason, delta=True, logprobs=logprobs)], **last)
                 if include_usage:
                     yield chunk([], usage=usage(answer.handle))
                 break

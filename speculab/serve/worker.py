@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from speculab.engine import Engine
-from speculab.request import Request
+from speculab.logprobs import TokenLogprob
+from speculab.request import Request, TokenEvent
 from speculab.sampling import SamplingParams
 from speculab.serve.metrics import ServerMetrics
 from speculab.speculative.stats import SpecStats
@@ -44,6 +45,7 @@ class Output:
     token_ids: list[int]
     finish_reason: str | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # one a token, where the request asked for them
 
 
 @dataclass
@@ -162,7 +164,7 @@ class EngineWorker:
                 continue
             now = time.perf_counter()
             for event in events:
-                self._on_event(self._by_request[event.request.id], event.token_ids, event.request, now)
+                self._on_event(self._by_request[event.request.id], event, now)
             self._set_gauges()
             self._flush()
 
@@ -189,7 +191,8 @@ class EngineWorker:
             return
         self._by_request[handle.request.id] = handle
 
-    def _on_event(self, handle: Handle, token_ids: list[int], request: Request, now: float) -> None:
+    def _on_event(self, handle: Handle, event: TokenEvent, now: float) -> None:
+        request, token_ids = event.request, event.token_ids
         if request.finish_reason == "error":  # this request alone failed in the engine
             log.error("request %d failed in the engine: %s", request.id, request.error)
             self._fail(handle, f"internal error in the engine: {request.error}")
@@ -205,7 +208,7 @@ class EngineWorker:
         m.generation_tokens.inc(len(token_ids))
         m.add_spec(request.stats.since(handle._seen))
         handle._seen = copy.deepcopy(request.stats)
-        self._send(handle, Output(list(token_ids)))
+        self._send(handle, Output(list(token_ids), logprobs=event.logprobs))
         if request.finished:
             self._finish(handle, request.finish_reason, now)
 

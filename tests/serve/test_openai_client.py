@@ -164,3 +164,36 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(eagle_server
             assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"] for c in chunks)
         else:
             assert len(with_usage) == 1
+
+
+def plain_logprobs(prompt_ids: list[int], top: int) -> list:
+    """Plain greedy decoding's logprobs in this process (what every method's server reports, to fp32 rounding)."""
+    loaded = load(dtype="float32")
+    engine = Engine(loaded.model, 1, len(prompt_ids) + MAX_TOKENS + 8, loaded.tokenizer.stop_ids)
+    (request,) = engine.generate([prompt_ids], SamplingParams(max_tokens=MAX_TOKENS, logprobs=top))
+    return request.logprobs
+
+
+def test_logprobs_are_the_targets_in_both_shapes_streamed_or_not(client, in_process):
+    tokenizer, _ = in_process
+    prompt = "def quicksort(items):\n"
+    expected = plain_logprobs(tokenizer.encode(prompt), 3)
+    reply = client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, logprobs=3)
+    got = reply.choices[0].logprobs
+    assert got.tokens == [tokenizer.decode([t.token_id]) for t in expected]
+    assert all(abs(a - b.logprob) < 1e-4 for a, b in zip(got.token_logprobs, expected, strict=True))
+    assert all(len(top) >= 3 and tokenizer.decode([e.top[0][0]]) in top for top, e in zip(got.top_logprobs, expected))
+    assert got.text_offset[0] == 0 and got.text_offset == sorted(got.text_offset)
+    messages = [{"role": "user", "content": QUESTION}]
+    chat_expected = plain_logprobs(tokenizer.encode_chat(messages), 2)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0, logprobs=True, top_logprobs=2
+    )
+    content = chat.choices[0].logprobs.content
+    assert [c.logprob for c in content] == pytest.approx([e.logprob for e in chat_expected], abs=1e-4)
+    assert all(len(c.top_logprobs) == 2 and c.bytes == list(c.token.encode()) for c in content)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0, logprobs=True, top_logprobs=2, stream=True
+    )
+    streamed = [c for chunk in stream if chunk.choices and chunk.choices[0].logprobs for c in chunk.choices[0].logprobs.content]
+    assert [c.token for c in streamed] == [c.token for c in content]

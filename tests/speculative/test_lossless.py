@@ -170,3 +170,21 @@ def test_seeded_sampled_output_identical_to_baseline_on_a_bf16_cache(other_draft
     params = seeded_sampling(len(prompts))
     got = [r.output_ids for r in speculative(target, prompts, METHODS[method](target, other_draft), params)]
     assert got == baseline(target, prompts, params)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_logprobs_are_the_targets_as_plain_decoding_reports_them(target, other_draft, method):
+    """Each token's logprob and top tokens come from the target's logits at its position, whether it was accepted,
+    the bonus or recovered: plain decoding's to fp32 rounding."""
+    prompts = repetitive_prompts(3, seed=4)
+    params = [SamplingParams(max_tokens=16, ignore_eos=True, logprobs=3)] + seeded_sampling(2)
+    params[1:] = [SamplingParams(**{**p.__dict__, "logprobs": 0}) for p in params[1:]]
+    requests = speculative(target, prompts, METHODS[method](target, other_draft), params)
+    plain = Engine(target, max_batch=3, max_seq_len=256).generate(prompts, params)
+    for got, expected in zip(requests, plain):
+        assert got.output_ids == expected.output_ids and len(got.logprobs) == len(got.output_ids)
+        assert [t.token_id for t in got.logprobs] == got.output_ids
+        for a, b in zip(got.logprobs, expected.logprobs):
+            assert abs(a.logprob - b.logprob) < 1e-4 and [i for i, _ in a.top] == [i for i, _ in b.top]
+            assert all(abs(x - y) < 1e-4 for (_, x), (_, y) in zip(a.top, b.top))
+    assert len(requests[0].logprobs[0].top) == 3 and requests[1].logprobs[0].top == ()
