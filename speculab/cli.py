@@ -242,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     from speculab.serve.cli import add_serve_parser
     from speculab.train.cli import add_train_parser
     from speculab.tune.cli import add_tune_parser
+    from speculab.tune.run import tune_with_defaults
 
-    add_bench_parsers(sub)
+    add_bench_parsers(sub, tuner=tune_with_defaults)  # the benchmark's adaptive rows tune with it (bench/adaptive.py)
     add_serve_parser(sub)
     add_launch_parsers(sub)
     add_train_parser(sub)

@@ -12,7 +12,10 @@ from pathlib import Path
 DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix", "eagle:policy=auto")
 
 
-def add_bench_parsers(sub) -> None:
+def add_bench_parsers(sub, tuner=None) -> None:
+    """``speculab bench`` and ``speculab report``; ``tuner`` (``tune.run.tune_with_defaults``, handed down by the
+    top-level parser so that the benchmark does not import the tuner built on it) tunes an adaptive row that has no
+    policy on this machine."""
     from speculab.methods import add_policy_flag
     from speculab.runtime import add_model_flags
     from speculab.sampling import add_sampling_verify_flag
@@ -72,7 +75,7 @@ def add_bench_parsers(sub) -> None:
     b.add_argument("--no-prompt-cache", dest="prompt_cache", action="store_false")
     add_model_flags(b, device=False)  # the benchmark runs where speculab runs by default
     b.add_argument("--no-progress", action="store_true")
-    b.set_defaults(func=cmd_bench)
+    b.set_defaults(func=cmd_bench, tuner=tuner)
 
     r = sub.add_parser("report", help="rebuild report.md/report.html from a results.jsonl")
     r.add_argument("results", type=Path)
@@ -209,7 +212,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if recorded is not None:
         refuse_contradictions(cfg, recorded, args.out)
     load_workload(cfg.workload)  # a bad workload fails before any model loads
-    results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress, tuner=args.tuner)
     paths = build_report(results, args.out)
     print(json.dumps({"results": str(results), **paths, **summary(results)}))
     return 0

@@ -36,7 +36,8 @@ from speculab.models.memory import estimate, machine_memory_bytes
 from speculab.testbed import model_record, testbed
 
 
-def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True) -> Path:
+def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True, tuner=None) -> Path:
+    """The run (``tuner``: what tunes an adaptive row with no policy here, ``adaptive.tune_untuned``); its results file."""
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
     with results.hold():  # a second `speculab bench` on this --out is refused while this one runs
@@ -53,7 +54,7 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         check_plans(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
         specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
         # an adaptive row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
-        tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress) if target is not None else {}
+        tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         if target is not None:
             target.baseline_outputs, target.baseline_margins = references.outputs, references.margins

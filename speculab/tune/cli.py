@@ -18,6 +18,7 @@ ENGINES = ("speculab", "vllm")
 
 def add_tune_parser(sub) -> None:
     from speculab.runtime import add_model_flags
+    from speculab.tune.run import BATCH_SIZES, CHECK_STEPS
 
     t = sub.add_parser("tune", help="measure a method on this machine and choose its draft cap per batch size (--policy auto)")
     t.add_argument("--method", default="eagle", help="a speculative method as `speculab bench` names it (default: eagle)")
@@ -28,7 +29,7 @@ def add_tune_parser(sub) -> None:
         help="speculab: its own engine (the policy --policy auto reads); vllm: one real vLLM launch per draft length, "
         "then the schedule relaunched and checked (the environment `make vllm` makes)",
     )
-    t.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    t.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
     t.add_argument(
         "--num-prompts",
         type=int,
@@ -36,7 +37,9 @@ def add_tune_parser(sub) -> None:
         help="workload prompts, the domains in turn (default: 12; vllm: the largest batch size)",
     )
     t.add_argument("--max-tokens", type=int, default=None, help="tokens each request decodes (default: 48; vllm: 64)")
-    t.add_argument("--check-steps", type=int, default=24, help="speculab: decode steps of the check run at each batch size (0: no check)")
+    t.add_argument(
+        "--check-steps", type=int, default=CHECK_STEPS, help="speculab: decode steps of the check run at each batch size (0: no check)"
+    )
     t.add_argument("--repeats", type=int, default=5, help="vllm: timed passes of each cell, their median kept (default 5)")
     t.add_argument("--workload", default=None, help="JSONL as `speculab bench` takes it (default: the shipped prompts)")
     t.add_argument("--draft", default=None, help="vllm: the drafter folder (default: the method's shipped one)")
@@ -90,20 +93,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def tune_args(argv: list[str]) -> argparse.Namespace:
-    """The settings of ``speculab tune ARGV``, every default as the command line gives it."""
-    parser = argparse.ArgumentParser(prog="speculab")
-    add_tune_parser(parser.add_subparsers())
-    args = parser.parse_args(["tune", *argv])
-    check_args(args)
-    return args
-
-
 def tune_speculab(args: argparse.Namespace) -> dict:
     """The in-process tune: its policy stored where ``--policy auto`` finds it; its record."""
-    from speculab.tune.run import tune
+    from speculab.tune.run import MAX_TOKENS, NUM_PROMPTS, tune
 
-    args.num_prompts, args.max_tokens = args.num_prompts or 12, args.max_tokens or 48
+    args.num_prompts, args.max_tokens = args.num_prompts or NUM_PROMPTS, args.max_tokens or MAX_TOKENS
     return tune(args)
 
 

@@ -20,6 +20,9 @@ from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
 # a drafter that learns from earlier outputs (suffix decoding's shared tree) would learn a prompt's output the first
 # time and draft it perfectly the next: its runs take prompts that do not repeat (a 16-request batch needs about 100)
 DISTINCT_PROMPTS = 124
+# what `speculab tune --method M` measures by default (its flags' defaults, and what `speculab bench` tunes with)
+BATCH_SIZES = (1, 2, 4, 8, 16)
+NUM_PROMPTS, MAX_TOKENS, CHECK_STEPS = 12, 48, 24
 
 
 def tuning(args: argparse.Namespace) -> Tuning:
@@ -43,6 +46,15 @@ def below_plain(model: CostModel, batch_size: int, checked: dict) -> bool:
     then sends the batch size to plain decoding."""
     plain = model.cell(batch_size, 0)
     return checked["tok_s"] + math.hypot(checked["tok_s_se"], plain.predicted_se) < plain.predicted_tok_s
+
+
+def tune_with_defaults(
+    method: str, *, model: str, dtype: str, device: str, kv_dtype: str | None, workload: str | None, quiet: bool
+) -> dict:
+    """``speculab tune --method METHOD`` on this target with every other setting at its default; its record."""
+    settings = dict(batch_sizes=list(BATCH_SIZES), num_prompts=NUM_PROMPTS, max_tokens=MAX_TOKENS, check_steps=CHECK_STEPS, out=None)
+    target = dict(model=model, dtype=dtype, device=device, kv_dtype=kv_dtype, workload=workload, quiet=quiet)
+    return tune(argparse.Namespace(method=method, **target, **settings))
 
 
 def tune(args: argparse.Namespace) -> dict:
