@@ -68,3 +68,16 @@ def submit(state: ServeState, body, prompt_ids: list[int], max_tokens: int | Non
         raise ApiError(400, f"{err} (the context is {info.max_model_len} tokens: prompt + max_tokens must fit)", param) from None
     except QueueFull as err:
         raise ApiError(429, str(err)) from None
+
+
+def submit_all(state: ServeState, body, prompts: list[list[int]], max_tokens: int | None) -> list[Handle]:
+    """Queue every prompt of one request, or none: a refusal of any aborts those already queued."""
+    handles: list[Handle] = []
+    try:
+        for prompt_ids in prompts:
+            handles.append(submit(state, body, prompt_ids, max_tokens))
+    except ApiError:
+        for handle in handles:
+            state.worker.abort(handle)
+        raise
+    return handles

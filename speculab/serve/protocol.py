@@ -37,6 +37,7 @@ from speculab.logprobs import MAX_TOP_LOGPROBS
 from speculab.sampling import SEED_MAX, SEED_MIN, SamplingParams
 
 ROLES = ("system", "developer", "user", "assistant")
+MAX_PROMPTS = 64  # prompts in one completion request, each its own engine request (``several_prompts.py``)
 MAX_STOPS, MAX_STOP_CHARS = 4, 512  # OpenAI's four; a stop string's length is how much text is held back
 
 
@@ -183,26 +184,26 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: (
         Annotated[str, Field(min_length=1)]
-        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=1)]
+        | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
         | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-        | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1, max_length=1)]
+        | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
     )
     echo: bool = False
     suffix: str | None = None
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, prompt):
-        if isinstance(prompt, list):
-            if not prompt:
-                raise ValueError("prompt must not be empty")
-            if isinstance(prompt[0], str | list):  # a batch of prompts
-                if len(prompt) != 1:
-                    raise ValueError("send one prompt per request (a list of several prompts is not supported)")
-                prompt = prompt[0]
+    def _some_prompt(cls, prompt):
         if isinstance(prompt, str | list) and len(prompt) == 0:
             raise ValueError("prompt must not be empty")
+        if isinstance(prompt, list) and len(prompt) > MAX_PROMPTS and isinstance(prompt[0], str | list):
+            raise ValueError(f"at most {MAX_PROMPTS} prompts in one request")
         return prompt
+
+    def prompts(self) -> list[str | list[int]]:
+        """Each prompt of the request (a text or token ids): one, or a list of several (one choice each)."""
+        several = isinstance(self.prompt, list) and isinstance(self.prompt[0], str | list)
+        return list(self.prompt) if several else [self.prompt]
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()

@@ -78,11 +78,12 @@ async def respond(state: ServeState, body, handle: Handle, request: Request, kin
     return answer.envelope(kind, choices=choices, usage=usage(handle), metrics=spec_metrics(handle.stats), **sampled_with(handle))
 
 
-async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[str, list[str], list[TokenLogprob] | None]:
-    """Every output of a non-streamed request: (finish reason, text pieces, each token's logprobs where asked)."""
+async def collect(answer: Answer, text: TextStream, request: Request | None) -> tuple[str, list[str], list[TokenLogprob] | None]:
+    """Every output of a non-streamed request: (finish reason, text pieces, each token's logprobs where asked).
+    ``request``: the HTTP request whose disconnect aborts it (None: the caller watches)."""
     pieces: list[str] = []
     logprobs = [] if answer.handle.params.logprobs is not None else None
-    watcher = asyncio.create_task(abort_on_disconnect(answer, request))
+    watcher = asyncio.create_task(abort_on_disconnect(answer.state, [answer.handle], request)) if request is not None else None
     try:
         while True:
             out: Output = await answer.handle.outputs.get()
@@ -92,15 +93,17 @@ async def collect(answer: Answer, text: TextStream, request: Request) -> tuple[s
             if reason is not None:
                 return reason, pieces, logprobs
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
-async def abort_on_disconnect(answer: Answer, request: Request) -> None:
-    """Abort the request as soon as its client goes (the body is read, so the next ASGI message is the
-    disconnect); the engine frees the slot at its next step and the last output ends ``collect``."""
+async def abort_on_disconnect(state: ServeState, handles: list[Handle], request: Request) -> None:
+    """Abort the requests as soon as their client goes (the body is read, so the next ASGI message is the
+    disconnect); the engine frees the slots at its next step and the last output ends each ``collect``."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    answer.state.worker.abort(answer.handle)
+    for handle in handles:
+        state.worker.abort(handle)
 
 
 def consume(answer: Answer, out: Output, text: TextStream, pieces: list[str]) -> str | None:
@@ -128,18 +131,21 @@ def sampled_with(handle: Handle) -> dict:
     return {} if noise is None else {"sampling": {"verify": "coupled", "seed": noise.seed}}
 
 
-def choice(kind: str, text: str, reason: str | None, delta: bool, logprobs: dict | None = None) -> dict:
+def choice(kind: str, text: str, reason: str | None, delta: bool, logprobs: dict | None = None, index: int = 0) -> dict:
     if kind == CHAT:
         key = "delta" if delta else "message"
         content = {"content": text} if delta else {"role": "assistant", "content": text}
-        return {"index": 0, key: content, "logprobs": logprobs, "finish_reason": reason}
-    return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}
+        return {"index": index, key: content, "logprobs": logprobs, "finish_reason": reason}
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason}
 
 
-async def stream_events(answer: Answer, text: TextStream, include_usage: bool, every_chunk: bool = False) -> AsyncIterator[dict]:
+async def stream_events(
+    answer: Answer, text: TextStream, include_usage: bool, every_chunk: bool = False, index: int = 0, last: bool = True
+) -> AsyncIterator[dict]:
     """The Server-Sent Events of a streamed request, ``[DONE]`` last; an engine error ends it as an error event.
     ``include_usage``: a last chunk with the usage and no choices; ``every_chunk``: the usage so far in every chunk too
-    (vLLM's ``continuous_usage_stats``)."""
+    (vLLM's ``continuous_usage_stats``); ``index``: its choice's; ``last`` False: one prompt of several, whose events
+    end without ``[DONE]`` (``several_prompts.py`` ends the stream)."""
     chunk_kind = "chat.completion.chunk" if answer.kind == CHAT else "text_completion"
 
     def chunk(choices: list, **extra) -> dict:
@@ -160,21 +166,22 @@ async def stream_events(answer: Answer, text: TextStream, include_usage: bool, e
                 yield {"data": to_json(error_body(err.status, err.message))}
                 break
             if role_due:
-                yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+                yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
                 role_due = False
             pending += out.logprobs or []
             if "".join(pieces):
                 logprobs = choice_logprobs(answer.kind, pending if wants else None, answer.decode, offset)
-                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True, logprobs=logprobs)])
+                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True, logprobs=logprobs, index=index)])
                 offset, pending = offset + len("".join(pieces)), []
             if reason is not None:
-                last = {"metrics": spec_metrics(answer.handle.stats), **sampled_with(answer.handle)}
+                ending = {"metrics": spec_metrics(answer.handle.stats), **sampled_with(answer.handle)}
                 logprobs = choice_logprobs(answer.kind, pending, answer.decode, offset) if wants and pending else None
-                yield chunk([choice(answer.kind, "", reason, delta=True, logprobs=logprobs)], **last)
+                yield chunk([choice(answer.kind, "", reason, delta=True, logprobs=logprobs, index=index)], **ending)
                 if include_usage:
                     yield chunk([], usage=usage(answer.handle))
                 break
-        yield {"data": "[DONE]"}
+        if last:
+            yield {"data": "[DONE]"}
     finally:  # also when the client disconnects and the generator is cancelled
         answer.state.worker.abort(answer.handle)
 

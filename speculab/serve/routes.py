@@ -18,10 +18,11 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from speculab.serve.admission import check_model, check_token_ids, refuse_unsupported, submit
+from speculab.serve.admission import check_model, check_token_ids, refuse_unsupported, submit, submit_all
 from speculab.serve.errors import ApiError
 from speculab.serve.protocol import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from speculab.serve.responses import CHAT, respond
+from speculab.serve.several_prompts import respond_several
 from speculab.serve.state import State, authorized
 
 router = APIRouter()
@@ -99,12 +100,14 @@ async def models(state: State):
 @v1.post("/completions")
 async def completions(body: CompletionRequest, request: Request, state: State):
     refuse_unsupported(body)
-    prompt = body.prompt
-    prompt_ids = await run_in_threadpool(state.tokenizer.encode, prompt) if isinstance(prompt, str) else list(prompt)
-    check_token_ids(state, prompt_ids)
+    prompts = [await run_in_threadpool(state.tokenizer.encode, p) if isinstance(p, str) else list(p) for p in body.prompts()]
+    for prompt_ids in prompts:
+        check_token_ids(state, prompt_ids)
     max_tokens = body.max_tokens if body.max_tokens is not None else COMPLETION_MAX_TOKENS
-    handle = submit(state, body, prompt_ids, max_tokens)
-    return await respond(state, body, handle, request, "text_completion", "cmpl")
+    handles = submit_all(state, body, prompts, max_tokens)
+    if len(handles) == 1:
+        return await respond(state, body, handles[0], request, "text_completion", "cmpl")
+    return await respond_several(state, body, handles, request)
 
 
 @v1.post("/chat/completions")
