@@ -52,6 +52,7 @@ def beside_others(target, proposer, params: SamplingParams) -> list[list[int]]:
     return [by_index[i].output_ids for i in range(len(SEEDS))]
 
 
+@pytest.mark.long  # every method twice over (make test-fast keeps test_lossless.py's seeded cases)
 @pytest.mark.parametrize("method", list(METHODS))
 def test_a_seeded_request_gives_plain_samplings_tokens_alone_and_beside_others(drafters, method):
     target = drafters["target"]
