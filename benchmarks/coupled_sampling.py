@@ -6,12 +6,13 @@ Prefills come from a prompt cache warmed first (the target's and each drafter's)
 2. Acceptance (untimed): each method over ``--prompts`` workload prompts, 16 at a time, seeded, at each temperature,
    coupled and rejection; beside rejection's rate a, the bound coupled keeps by theory for sampled drafts, a / (2 - a)
    ((1 - TV) / (1 + TV) with TV = 1 - a); deterministic drafts are accepted alike in expectation.
-3. tok/s at one temperature, batch 1 (6 prompts) and 16 (16 prompts): every
+3. tok/s at each of ``--speed-temperatures``, batch 1 (6 prompts) and 16 (16 prompts): every
    (method, mode) engine taking turns of 0.25 s on its own clock (``bench/turns.py``) in ``--rounds`` rounds; coupled
    over rejection per round, the median and range.
 Every request is seeded and decodes ``--max-tokens`` (no stop at the end of text).
 
     .venv/bin/python benchmarks/coupled_sampling.py
+    .venv/bin/python benchmarks/coupled_sampling.py --prompts 16 --no-acceptance --speed-temperatures 0.2 1.0
 
 The last stdout line is one JSON document.
 """
@@ -128,7 +129,8 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=48, help="the acceptance part's prompts (the speeds take 6 and 16 of them)")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.2, 0.7, 1.0])
-    p.add_argument("--speed-temperature", type=float, default=0.7)
+    p.add_argument("--speed-temperatures", type=float, nargs="+", default=[0.7])
+    p.add_argument("--no-acceptance", action="store_true", help="the speeds only")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--calls", type=int, default=200)
     args = p.parse_args()
@@ -140,8 +142,13 @@ def main() -> None:
     cost = noise_cost(loaded, prompts[0], args.calls)
     print(f"noise {cost['noise_us']:.0f} us a position, {100 * cost['share_of_step']:.1f}% of a batch-1 step ({cost['step_us']:.0f} us)")
     cache = warm_cache(loaded, prompts, options)
-    rows = acceptance(loaded, prompts, options, args.temperatures, args.max_tokens, cache)
-    speed = speeds(loaded, prompts, options, args.speed_temperature, args.rounds, args.max_tokens, cache)
+    rows = [] if args.no_acceptance else acceptance(loaded, prompts, options, args.temperatures, args.max_tokens, cache)
+    speed = []
+    for temperature in args.speed_temperatures:
+        print(f"tok/s at T = {temperature}", flush=True)
+        speed += [
+            r | {"temperature": temperature} for r in speeds(loaded, prompts, options, temperature, args.rounds, args.max_tokens, cache)
+        ]
     machine = {"cpu": testbed()["cpu"], "flags": reported_cpu_flags()}
     print(json.dumps({"noise": cost, "acceptance": rows, "speed": speed, "machine": machine, "args": vars(args)}))
 
