@@ -30,9 +30,9 @@ import torch
 from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
-from speculab.position_noise import PositionNoise, coupled_tokens, random_seed
+from speculab.position_noise import PositionNoise, coupled_tokens
 from speculab.request import Request, TokenEvent
-from speculab.sampling import SamplingParams, sample_rows, sampling_probs
+from speculab.sampling import SamplingParams, random_seed, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_coupled, verify_greedy, verify_sampled

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-MAX_TOP_LOGPROBS = 20  # as vLLM's and OpenAI's APIs allow
-
 
 @dataclass(frozen=True)
 class TokenLogprob:

@@ -24,11 +24,6 @@ from speculab.sampling import greedy_tokens
 SEED_BITS = 64  # a seed is taken modulo 2**64 (a negative seed as torch.Generator.manual_seed takes it)
 
 
-def random_seed() -> int:
-    """A seed for a sampled request that named none (coupled sampling keys its noise by one)."""
-    return int(torch.randint(0, 2**62, ()).item())
-
-
 def uniforms(seed: int, position: int, size: int) -> np.ndarray:
     """[size] float32 in (0, 1): output position ``position``'s uniforms under ``seed``."""
     # the position in the counter's second word: the first counts the stream's blocks, so positions never overlap

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # the seeds torch.Generator.manual_seed takes
+MAX_TOP_LOGPROBS = 20  # top tokens a request's logprobs may list, as vLLM's and OpenAI's APIs allow
 # how a sampled request's tokens are drawn and its drafts verified: "coupled" from position-keyed noise
 # (position_noise.py: the same seed gives the same output under any drafter, batch or policy), "rejection" from
 # one generator stream (rejection sampling: a sampled draft accepted more often); "auto": coupled when seeded
@@ -45,8 +46,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator takes), got {self.seed}")
-        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
         if self.verify not in SAMPLING_VERIFY:
             raise ValueError(f"sampling_verify must be one of {', '.join(SAMPLING_VERIFY)}, got {self.verify!r}")
 
@@ -63,8 +64,13 @@ class SamplingParams:
         if self.greedy:
             return None
         g = torch.Generator()
-        g.manual_seed(self.seed if self.seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        g.manual_seed(self.seed if self.seed is not None else random_seed())
         return g
+
+
+def random_seed() -> int:
+    """A seed for a sampled request that named none, from torch's global generator (a test seeds it)."""
+    return int(torch.randint(0, 2**62, ()).item())
 
 
 def add_sampling_verify_flag(parser, default: str | None = "auto") -> None:

@@ -51,11 +51,10 @@ def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dic
     with tqdm(total=total, desc="acceptance pass (untimed)", unit="tok", disable=not run.progress, smoothing=0.05) as bar:
         for spec in todo:
             bar.set_postfix_str(spec.label)
-            same = measured.get(as_at_batch_one(spec).text)
+            drafted_as = as_at_batch_one(spec).text
+            same = measured.get(drafted_as)
             if same is None:
-                record = measured[as_at_batch_one(spec).text] = measure_acceptance(
-                    passed, spec, options_of[spec.label], run.cfg.max_tokens, bar
-                )
+                record = measured[drafted_as] = measure_acceptance(passed, spec, options_of[spec.label], run.cfg.max_tokens, bar)
             else:
                 record = same | {"method": spec.name, "label": spec.label, "same_pass_as": same["label"]}
                 bar.update(len(items) * run.cfg.max_tokens)

@@ -33,8 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from speculab.logprobs import MAX_TOP_LOGPROBS
-from speculab.sampling import SEED_MAX, SEED_MIN, SamplingParams
+from speculab.sampling import MAX_TOP_LOGPROBS, SEED_MAX, SEED_MIN, SamplingParams
 
 ROLES = ("system", "developer", "user", "assistant")
 MAX_PROMPTS = 64  # prompts in one completion request, each its own engine request (``several_prompts.py``)

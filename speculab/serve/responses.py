@@ -169,10 +169,10 @@ async def stream_events(
                 yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
                 role_due = False
             pending += out.logprobs or []
-            if "".join(pieces):
+            if piece := "".join(pieces):
                 logprobs = choice_logprobs(answer.kind, pending if wants else None, answer.decode, offset)
-                yield chunk([choice(answer.kind, "".join(pieces), None, delta=True, logprobs=logprobs, index=index)])
-                offset, pending = offset + len("".join(pieces)), []
+                yield chunk([choice(answer.kind, piece, None, delta=True, logprobs=logprobs, index=index)])
+                offset, pending = offset + len(piece), []
             if reason is not None:
                 ending = {"metrics": spec_metrics(answer.handle.stats), **sampled_with(answer.handle)}
                 logprobs = choice_logprobs(answer.kind, pending, answer.decode, offset) if wants and pending else None

@@ -17,7 +17,7 @@ from fastapi import Request
 from sse_starlette import EventSourceResponse
 
 from speculab.serve.logprobs_format import choice_logprobs
-from speculab.serve.responses import Answer, abort_on_disconnect, choice, collect, spec_metrics, stream_events, to_json
+from speculab.serve.responses import Answer, abort_on_disconnect, choice, collect, spec_metrics, stream_events, to_json, usage
 from speculab.serve.state import ServeState
 from speculab.serve.text import TextStream
 from speculab.serve.worker import Handle
@@ -27,9 +27,8 @@ KIND = "text_completion"
 
 
 def summed_usage(handles: list[Handle]) -> dict:
-    prompt = sum(len(h.prompt_ids) for h in handles)
-    done = sum(len(h.request.output_ids) for h in handles if h.request is not None)
-    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    each = [usage(h) for h in handles]
+    return {key: sum(u[key] for u in each) for key in each[0]}
 
 
 def summed_stats(handles: list[Handle]) -> SpecStats:
@@ -81,8 +80,8 @@ async def merged_events(answers: list[Answer], body) -> AsyncIterator[dict]:
             else:
                 yield event
         if body.include_usage:
-            usage = summed_usage([a.handle for a in answers])
-            yield {"data": to_json(answers[0].envelope(KIND, choices=[], usage=usage))}
+            summed = summed_usage([a.handle for a in answers])
+            yield {"data": to_json(answers[0].envelope(KIND, choices=[], usage=summed))}
         yield {"data": "[DONE]"}
     finally:  # the client left: every prompt's request is aborted
         for task in tasks:

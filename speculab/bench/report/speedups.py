@@ -5,7 +5,8 @@ and the methods take turns, round after round, and each cell keeps ``tok_s_by_ro
 order; round i of every method ran in the same round); a speedup is then the median of the per-round ratios, with
 their lowest and highest. Cells timed separately (older results): the ratio of the two cells' ``tok_s`` (each a
 median over its own repeats), with the method's slowest and fastest repeat (``tok_s_repeats``) over the baseline's
-median. Rounds after the first may take turns within the round (``cell.turn_s``, ``bench/turns.py``). Does not know: which cell is whose baseline (``results.py``), or how a speedup is written (``numbers.py``).
+median. Rounds after the first may take turns within the round (``cell.turn_s``, ``bench/turns.py``). Does not know:
+which cell is whose baseline (``results.py``), or how a speedup is written (``numbers.py``).
 """
 
 from __future__ import annotations
