@@ -56,6 +56,7 @@ class LaunchCommand:
     port: int = 8000
     served_name: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cpu: bool = False  # the engine's CPU build: its servers' speed drifts with the machine's (a small shared VM)
 
     @property
     def argv(self) -> list[str]:

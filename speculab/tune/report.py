@@ -50,15 +50,33 @@ def print_engine_report(record: dict, out=None) -> None:
     )
     print("output tok/s, the median of passes ± its standard error", file=out)
     head = "  ".join(f"{'k=' + str(k):>13s}" for k in ks)
-    print(f"{'batch':>5s}  {head}  {'chosen':>6s}  {'checked':>13s}  {'vs plain':>8s}  {'vs best':>7s}  {'error':>6s}", file=out)
+    print(
+        f"{'batch':>5s}  {head}  {'chosen':>6s}  {'checked':>13s}  {'predicted':>13s}  {'vs plain':>8s}  {'vs best':>7s}  {'error':>6s}  "
+        f"{'vs sweep':>8s}",
+        file=out,
+    )
     for b, row in record["sweep"].items():
         c = record["check"][b]
         shown = "  ".join(f"{row[str(k)]['tok_s']:7.1f} ±{row[str(k)]['se']:4.1f}" if str(k) in row else f"{'-':>13s}" for k in ks)
-        checked = f"{c['checked']['tok_s']:7.1f} ±{c['checked']['se']:4.1f}"
-        ratios = f"{c['vs_plain']:7.2f}x  {c['vs_best_fixed']:6.2f}x  {100 * c['error']:+5.1f}%"
+        checked = f"{c['checked']['tok_s']:7.1f} ±{c['checked']['se']:4.1f}  {c['predicted']['tok_s']:7.1f} ±{c['predicted']['se']:4.1f}"
+        ratios = f"{c['vs_plain']:7.2f}x  {c['vs_best_fixed']:6.2f}x  {100 * c['error']:+5.1f}%  {100 * c.get('error_vs_sweep', c['error']):+7.1f}%"
         print(f"{int(b):5d}  {shown}  {c['chosen_k']:>6}  {checked}  {ratios}", file=out)
-    print("chosen: the smallest k within one standard error of the best; checked: vLLM relaunched with the schedule", file=out)
-    print(f"schedule (num_speculative_tokens_per_batch_size): {record['schedule']}", file=out)
+    print("chosen: the smallest k within one standard error of the best; checked: vLLM relaunched with the schedule;", file=out)
+    print(
+        "predicted: the chosen k's tok/s, measured again beside the check where it took turns with it "
+        "(then plain and best too); vs sweep: the check against the sweep's cell of the chosen k, minutes earlier",
+        file=out,
+    )
+    if any(record["chosen"].values()):
+        print(f"schedule (num_speculative_tokens_per_batch_size): {record['schedule']}", file=out)
+    options = record.get("drafting_or_plain")
+    if options and any(options["drafting"].values()):
+        print(
+            f"speculation is on or off for the whole server: drafting {options['drafting']} would fall up to "
+            f"{options['drafting_worst_loss']:.2f}x below the best at its worst batch size, plain decoding up to "
+            f"{options['plain_worst_loss']:.2f}x: {'drafting' if any(record['chosen'].values()) else 'plain decoding'} chosen",
+            file=out,
+        )
     if record.get("plain_faster_at") and any(record["chosen"].values()):
         print(
             f"at batch sizes {record['plain_faster_at']} vLLM without --speculative-config is faster than the schedule beyond the "

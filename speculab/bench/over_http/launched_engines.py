@@ -4,7 +4,7 @@ Knows: the order (the engine's baseline first: it is the reference for greedy ag
 launch per method through ``speculab.launch`` (drafters exported into ``OUT/servers``, each
 server's log beside them, stopped after its cells or on Ctrl-C), a short warm-up request before
 timing (every prompt, when the run shares prefills: the engine's prefix cache then holds them) and one short untimed
-pass at each batch size, the cells themselves (``endpoint.measure_endpoint_cell``), and, at temperature 0, each
+pass at each batch size, the cells themselves (``endpoint.measure_pass``, ``write_cell``), and, at temperature 0, each
 divergence from the engine's own baseline checked for a near-tie with the target
 (``divergence.py``).
 
@@ -25,7 +25,7 @@ import httpx
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
-from speculab.bench.over_http.endpoint import Endpoint, EndpointInfo, measure_endpoint_cell, probe_all, run_requests
+from speculab.bench.over_http.endpoint import Endpoint, EndpointInfo, Pass, endpoint_cell, measure_pass, probe_all, run_requests
 from speculab.bench.over_http.server_stats import reported_kv_tokens
 from speculab.bench.settings import RunContext
 from speculab.launch.command import LaunchCommand
@@ -93,6 +93,7 @@ class Served:
     info: EndpointInfo
     plan: LaunchCommand
     kv_tokens: int | None  # the KV capacity the engine reports (vLLM's cache_config_info), None when it reports none
+    process: EngineServer  # the running server: paused and resumed when servers take turns (server_turns.py)
 
     @property
     def label(self) -> str:
@@ -112,13 +113,13 @@ def served(engine: str, spec: MethodSpec, run: RunContext, reference: ReferenceM
         engine, spec, reference.path, servers, port=port, tp=cfg.tp, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
     )
     run.show(f"starting {label}")
-    with EngineServer(plan, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress):
+    with EngineServer(plan, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress) as process:
         endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
         info = dataclasses.replace(
             probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
         )
         _warm_up(endpoint, info, items, cfg)
-        yield Served(spec, endpoint, info, plan, reported_kv_tokens(httpx.get(f"{plan.url}/metrics", timeout=30).text))
+        yield Served(spec, endpoint, info, plan, reported_kv_tokens(httpx.get(f"{plan.url}/metrics", timeout=30).text), process)
 
 
 def measure_engine(
@@ -146,14 +147,43 @@ def measure_engine(
                 run.show(f"{server.label} b{batch_size}")
                 batch_items = items[: prompts_per_batch[batch_size]] if prompts_per_batch else items
                 warm_batch(server, batch_items, batch_size, cfg)
-                cell = measure_endpoint_cell(server.endpoint, server.info, batch_items, batch_size, cfg, texts.get(batch_size), run.bar)
-                cell |= server.fields()
-                if spec.name == "baseline":
-                    texts[batch_size] = cell["output_texts"]
-                    cell |= _against_speculab(cell, speculab_texts.get(batch_size), reference, batch_items, cfg)
-                else:
-                    cell |= divergences_from(cell, texts.get(batch_size), reference, batch_items)
-                run.write(cell)
+                passes = [measure_pass(server.endpoint, server.info, batch_items, batch_size, cfg, run.bar) for _ in range(cfg.repeats)]
+                write_cell(
+                    run,
+                    server,
+                    items=batch_items,
+                    batch_size=batch_size,
+                    passes=passes,
+                    texts=texts,
+                    reference=reference,
+                    speculab_texts=speculab_texts,
+                )
+
+
+def write_cell(
+    run: RunContext,
+    server: Served,
+    *,
+    items,
+    batch_size: int,
+    passes: list[Pass],
+    texts: dict[int, list[str]],
+    reference: ReferenceModel,
+    speculab_texts: dict[int, list[str]],
+    extra: dict | None = None,
+) -> dict:
+    """A launched server's cell from its passes and ``extra`` fields, written to the run: a baseline's outputs become
+    ``texts[batch_size]`` (its engine's reference, compared with speculab's own), any other's divergences from them
+    are checked."""
+    cell = endpoint_cell(server.endpoint, server.info, items, batch_size, run.cfg, texts.get(batch_size), passes)
+    cell |= server.fields() | (extra or {})
+    if server.spec.name == "baseline":
+        texts[batch_size] = cell["output_texts"]
+        cell |= _against_speculab(cell, speculab_texts.get(batch_size), reference, items, run.cfg)
+    else:
+        cell |= divergences_from(cell, texts.get(batch_size), reference, items)
+    run.write(cell)
+    return cell
 
 
 def divergences_from(cell: dict, reference_texts: list[str] | None, reference: ReferenceModel, items) -> dict:
