@@ -149,8 +149,8 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
         longest = with_chain(spec, max(chosen.values()))  # vLLM drafts no more than the schedule's most
         scheduled = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
         keep = beside_the_check(chosen, measured) if at_once else []
-        beside = [c for c in cfg.methods if k_of[engine_label(ENGINE, c)] in keep]
-        check_schedule(run, fleet, scheduled, beside=beside, items=items, sizes=sizes, texts=texts)
+        fixed = [c for c in cfg.methods if k_of[engine_label(ENGINE, c)] in keep]
+        check_schedule(run, fleet, scheduled, beside=fixed, items=items, sizes=sizes, texts=texts)
     label = engine_label(ENGINE, scheduled)
     checked, beside = checked_cells(run.results, run.state.run_id, label, k_of)
     checked = [replace(c, k=chosen[c.batch_size]) for c in checked]
