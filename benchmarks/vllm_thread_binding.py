@@ -40,7 +40,7 @@ def launch(stack: ExitStack, setting: str, port: int, out: Path) -> EngineServer
     env = {**plan.environment, "VLLM_CPU_OMP_THREADS_BIND": bind, **dict(e.split("=", 1) for e in extra)}
     plan = dataclasses.replace(plan, env=tuple(Flag(k, v, "") for k, v in env.items()))
     server = stack.enter_context(EngineServer(plan, out / f"vllm-{port}.log", progress=False))
-    one_pass(server, [], 0)
+    one_pass(server, interleave_domains(load_workload(None), 1), 4)  # warm-up, untimed
     server.pause()
     return server
 
@@ -48,8 +48,8 @@ def launch(stack: ExitStack, setting: str, port: int, out: Path) -> EngineServer
 def one_pass(server: EngineServer, items, tokens: int) -> float:
     """Every item in turn at batch 1; output tok/s."""
     plan, began, produced = server.command, time.perf_counter(), 0
-    for item in items or interleave_domains(load_workload(None), 1):
-        body = {"model": plan.served_name, "messages": item.message_dicts(), "max_tokens": tokens or 4, "temperature": 0.0}
+    for item in items:
+        body = {"model": plan.served_name, "messages": item.message_dicts(), "max_tokens": tokens, "temperature": 0.0}
         answer = httpx.post(f"{plan.url}/v1/chat/completions", json=body | {"ignore_eos": True}, timeout=600)
         answer.raise_for_status()
         produced += answer.json()["usage"]["completion_tokens"]

@@ -233,7 +233,7 @@ def _notes(req: LaunchRequest) -> tuple[str, ...]:
 
 OMP_BINDING_WHY = (
     "each rank's OpenMP threads pinned to its share of the cores (vLLM then also sets KMP_BLOCKTIME=5): "
-    '1.28x the tok/s of unpinned threads at batch 1 on a 2-core EPYC (BENCHMARKS.md, "vLLM-CPU\'s thread binding")'
+    '1.27x the tok/s of unpinned threads at batch 1 on a 2-core EPYC (BENCHMARKS.md, "vLLM-CPU\'s thread binding")'
 )
 
 

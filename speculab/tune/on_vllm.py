@@ -135,7 +135,9 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
         plain_plan = prepare(
             ENGINE, cfg.methods[0], reference.path, run.out / "servers", tp=cfg.tp, python=cfg.engine_python, print_only=True
         )
-        at_once = side_by_side(plain_plan)
+        # side by side, taking turns (server_turns.py), on vLLM's CPU build, whose speed drifts with a small shared
+        # machine's; on a GPU one at a time, as each vLLM takes most of the GPU's memory
+        at_once = plain_plan.cpu
         _sweep(run, fleet, items, sizes, texts, at_once)
         measured = measured_cells(run.results, run.state.run_id, k_of)
         chosen = choose_schedule(measured)
@@ -157,13 +159,6 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
     command = prepare(ENGINE, scheduled, reference.path, run.out / "servers", tp=cfg.tp, dtype=cfg.dtype, python=cfg.engine_python)
     launch = command.record() | {"explained": command.explain(), "method": f"{longest.text},policy={policy_path}"}
     return tune_record(run, spec, **record, checked=checked, beside=beside, launch=launch)
-
-
-def side_by_side(plan) -> bool:
-    """Whether the candidates run side by side, taking turns (``server_turns.py``): on vLLM's CPU build (``plan``:
-    plain decoding's command), whose speed drifts with a small shared machine's; on a GPU one at a time, as each
-    vLLM takes most of the GPU's memory."""
-    return plan.cpu
 
 
 def _sweep(run: RunContext, fleet: Fleet, items, sizes: dict[int, int], texts: dict[int, list[str]], at_once: bool) -> None:

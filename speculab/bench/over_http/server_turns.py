@@ -50,21 +50,18 @@ def passes_in_turns(servers: list[Served], items, batch_size: int, run: RunConte
 
 
 class Fleet:
-    """Servers of one engine launched one after another and kept alive, each paused unless taking its turn; any can
-    be stopped on its own (its memory back), and all stop on leaving, Ctrl-C included."""
+    """Servers of one engine launched (``LAUNCHES_AT_ONCE`` at a time) and kept alive, each paused unless taking its
+    turn; any can be stopped on its own (its memory back), and all stop on leaving, Ctrl-C included."""
 
     def __init__(self, engine: str, run: RunContext, reference: ReferenceModel, items):
         self.engine, self.run, self.reference, self.items = engine, run, reference, items
         self.servers: dict[str, Served] = {}
         self._stacks: dict[str, ExitStack] = {}
 
-    def launch(self, spec: MethodSpec) -> Served:
-        """``spec`` launched on the next free port from the run's ``engine_port``, warmed up, then paused."""
-        return self.launch_all([spec])[0]
-
     def launch_all(self, specs: list[MethodSpec]) -> list[Served]:
-        """Each of ``specs`` launched, warmed up and paused, ``LAUNCHES_AT_ONCE`` starting together (nothing is timed
-        while servers start: a start is mostly one process importing and loading, one core's work)."""
+        """Each of ``specs`` launched on the next free port from the run's ``engine_port``, warmed up and paused,
+        ``LAUNCHES_AT_ONCE`` starting together (nothing is timed while servers start: a start is mostly one process
+        importing and loading, one core's work)."""
         taken = {s.plan.port for s in self.servers.values()}
         free = (p for p in range(self.run.cfg.engine_port, self.run.cfg.engine_port + 64) if p not in taken)
         ports = [next(free) for _ in specs]
