@@ -54,7 +54,8 @@ vllm: setup
 	$(BIN)/python -m speculab.launch.environments vllm
 
 # llama.cpp as its users build it: llama-cpp-python from source with the machine's compiler (-march=native;
-# -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs.
+# -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs, and
+# llama-server (its speculative decoding) built the same way from the llama.cpp tree that the binding vendors.
 llamacpp: setup
 	$(BIN)/python -m speculab.launch.environments llamacpp
 

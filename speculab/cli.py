@@ -163,6 +163,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "llama.cpp": peers.compare_llamacpp,
         "eagle-reference": peers.compare_eagle_reference,
     }[args.peer]
+    if args.method is not None and args.peer != "llama.cpp":
+        raise ValueError("--method compares speculation with llama.cpp only: `speculab compare llama.cpp --method draft|ngram`")
     result = runner(args)
     print(json.dumps(result))
     return 0
@@ -226,6 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--threads", type=int, default=None, help="torch/llama.cpp threads (default: torch's choice)")
     c.add_argument("--quant", choices=["bf16", "f32", "q4_1"], default="bf16", help="llama.cpp only: GGUF type")
+    c.add_argument(
+        "--method",
+        default=None,
+        help="llama.cpp only: compare speculation, draft or ngram (a method spec: ngram:num_speculative_tokens=5), "
+        "both engines plain and speculating, side by side on the workload's prompts",
+    )
+    c.add_argument("--draft", default=None, help="with --method draft: the draft model folder (default: the shipped one)")
+    c.add_argument("--prompts", type=int, default=8, help="with --method: workload prompts, the domains in turn")
+    c.add_argument("--workload", default=None, help="with --method: a workload JSONL (default: the shipped one)")
+    c.add_argument(
+        "--ngram-size", type=int, default=4, help="with --method ngram: llama.cpp's lookup n-gram size (4: its best of 2-4 here)"
+    )
+    c.add_argument("--port", type=int, default=8090, help="with --method: llama-server's ports, this and the next")
     c.add_argument("--eagle", default=None, help="eagle-reference only: the EAGLE-1 head folder")
     c.add_argument("--tree", default="mc_sim_7b_63", help="eagle-reference only: the static tree both sides use")
     c.add_argument("--num-steps", type=int, default=5, help="eagle-reference only: speculab's dynamic tree depth")

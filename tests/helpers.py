@@ -262,14 +262,14 @@ def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab
     return folder
 
 
-def require_peer_env(env_dir: Path, make_target: str) -> None:
-    """A heavy peer's environment (vLLM, llama.cpp) must exist under `make test` (SPECULAB_REQUIRE_PEERS=1):
-    missing, the test fails there and skips elsewhere."""
+def require_peer_env(env_dir: Path, make_target: str, stamp: str = ".installed") -> None:
+    """A heavy peer's environment (vLLM, llama.cpp; ``stamp``: the file that says a part of it is complete) must exist
+    under `make test` (SPECULAB_REQUIRE_PEERS=1): missing, the test fails there and skips elsewhere."""
     import os
 
     import pytest
 
-    if not (env_dir / ".installed").exists():
+    if not (env_dir / stamp).exists():
         if os.environ.get("SPECULAB_REQUIRE_PEERS"):
             pytest.fail(f"no environment at {env_dir}: `make test` makes it with `make {make_target}`")
         pytest.skip(f"no environment at {env_dir}: run `make {make_target}`")

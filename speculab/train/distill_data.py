@@ -36,6 +36,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from speculab.corpora.agentic import LANGUAGES as AGENTIC_LANGUAGES
+from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
+from speculab.corpora.agentic import agentic_messages
 from speculab.corpora.prompts import FENCE, TEMPLATES, code_prompt, pick_window
 from speculab.corpora.sources import SOURCES, SourceFile, is_benchmark_file, iter_files, source_record
 from speculab.engine import Engine, sequence_length
@@ -65,6 +68,17 @@ class DataSpec:
     response_tokens: int = 160
     sampled_share: float = 0.5  # this share of prompts is answered at temperature 0.8, the rest greedily
     seed: int = 0
+    kind: str = "tasks"  # the domains' task templates (corpora/prompts.py), or "agentic" edits (corpora/agentic.py)
+
+    @classmethod
+    def stored(cls, record: dict) -> DataSpec:
+        """A spec as ``spec.json`` holds it; one written before a field existed has that field's default."""
+        record = dict(record)
+        record["prompt_tokens"] = tuple(record.get("prompt_tokens", cls.prompt_tokens))
+        return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
+
+
+AGENTIC_TOKENS = (400, 650)  # an agentic edit's code window, as the benchmark's agentic slice cuts them
 
 
 def training_files(domain: str) -> list[SourceFile]:
@@ -73,6 +87,10 @@ def training_files(domain: str) -> list[SourceFile]:
 
 
 def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
+    if spec.kind == "agentic":
+        return draw_agentic_prompts(tokenizer, spec)
+    if spec.kind != "tasks":
+        raise ValueError(f"DataSpec.kind must be 'tasks' or 'agentic', not {spec.kind!r}")
     rng = random.Random(spec.seed)
     count = lambda text: len(tokenizer.encode(text))  # noqa: E731
     prompts: list[dict] = []
@@ -98,6 +116,40 @@ def draw_prompts(tokenizer, spec: DataSpec) -> list[dict]:
                     "prompt_ids": tokenizer.encode_chat([{"role": "user", "content": content}]),
                 }
             )
+    return prompts
+
+
+def draw_agentic_prompts(tokenizer, spec: DataSpec) -> list[dict]:
+    """``spec.num_prompts`` agentic edits (rename, lint-fix, apply-review, second-turn in turn, ``corpora.agentic``),
+    each on a window of its own training-share file, Python and TypeScript alike: requests whose answers copy the
+    code shown, as a coding agent's are."""
+    rng = random.Random(spec.seed)
+    count = lambda text: len(tokenizer.encode(text))  # noqa: E731
+    prompts: list[dict] = []
+    for i, language in enumerate(AGENTIC_LANGUAGES):
+        files = training_files(language)
+        rng.shuffle(files)
+        wanted = spec.num_prompts // len(AGENTIC_LANGUAGES) + (i < spec.num_prompts % len(AGENTIC_LANGUAGES))
+        taken = 0
+        for file in files:
+            if taken == wanted:
+                break
+            window = pick_window(file.text, count, rng, *spec.prompt_tokens)
+            task = AGENTIC_TASKS[len(prompts) % len(AGENTIC_TASKS)]
+            path = file.path.removeprefix("package/")
+            messages = window and agentic_messages(task, language, path, file.source.label, window)
+            if not messages:
+                continue
+            prompts.append(
+                {
+                    "id": f"agentic-{len(prompts):05d}",
+                    "domain": "agentic",
+                    "task": task,
+                    "source": file.file_id,
+                    "prompt_ids": tokenizer.encode_chat(messages),
+                }
+            )
+            taken += 1
     return prompts
 
 

@@ -24,6 +24,7 @@ from speculab.models.loading import load_model
 from speculab.train import loop
 from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
 from speculab.train.distill_data import (
+    AGENTIC_TOKENS,
     CodeSpec,
     DataSpec,
     batches_by_tokens,
@@ -47,7 +48,7 @@ def _data_dir(args, loaded, seed: int) -> Path:
 def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
 
     spec_file = data_dir / "spec.json"
-    if spec_file.exists() and json.loads(spec_file.read_text()) != json.loads(json.dumps(dataclasses.asdict(spec))):
+    if spec_file.exists() and DataSpec.stored(json.loads(spec_file.read_text())) != spec:
         raise ValueError(f"{data_dir} holds data made with other settings ({spec_file}); pass another --data-dir")
     data_dir.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
@@ -63,6 +64,11 @@ def _data(args, loaded, features: bool = False):
     seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
     specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
     folders = [_data_dir(args, loaded, spec.seed) for spec in specs]
+    if getattr(args, "agentic_prompts", 0):  # agentic edits on training-share files, a folder of their own
+        agentic = DataSpec(args.agentic_prompts, AGENTIC_TOKENS, args.response_tokens, seed=args.seed, kind="agentic")
+        base = _data_dir(args, loaded, args.seed)
+        specs.append(agentic)
+        folders.append(base.with_name(f"{base.name}-agentic"))
     parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec, folder in zip(specs, folders)]
     sequences = [s for _, records in parts for s in records]
     # Windows avoid the files of --seed's prompts (what they were drawn against when first made).

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from speculab.cli import main
-from speculab.compare.llamacpp import run_llamacpp
+from speculab.compare.llamacpp import convert_copy, run_llamacpp
 from speculab.launch.environments import llamacpp_env_dir, llamacpp_python
 from speculab.models.embedded import ensure_gguf
 from tests.helpers import require_peer_env
@@ -33,6 +33,15 @@ def test_the_script_times_greedy_decoding_and_makes_a_bf16_copy(llama_env, tmp_p
     copy = run_llamacpp(bf16, prompt, max_new_tokens=4, repeats=1, n_threads=2, convert_from=ensure_gguf(), python=llama_env)
     assert bf16.stat().st_size > 2 * ensure_gguf().stat().st_size  # 16-bit weights against ~5-bit ones
     assert copy["gguf"] == str(bf16)
+
+
+def test_a_copy_is_made_without_timing_anything_and_kept(llama_env, tmp_path):
+    f32 = tmp_path / "model.F32.gguf"
+    assert convert_copy(ensure_gguf(), f32, "f32", python=llama_env) == f32
+    assert f32.stat().st_size > 4 * ensure_gguf().stat().st_size  # 32-bit weights against ~5-bit ones
+    stamp = f32.stat().st_mtime_ns
+    convert_copy(ensure_gguf(), f32, "f32", python=llama_env)
+    assert f32.stat().st_mtime_ns == stamp
 
 
 def test_batched_decoding_gives_each_sequence_its_single_stream_tokens(llama_env):

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from speculab import runtime
+from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
+from speculab.corpora.sources import Source, SourceFile
 from speculab.engine import Engine
 from speculab.train import distill_data
 from speculab.train.distill_data import DataSpec, answer_params, generate_sequences, load_features
@@ -49,3 +51,35 @@ def test_a_killed_run_resumes_exactly(loaded, tmp_path):
     assert fields(resumed) == fields(whole)
     a, b = load_features(tmp_path / "whole", whole), load_features(out, resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+BLOCK = {
+    "python": "def helper_{i}(value):\n    total = value + {i}\n    return total\n",
+    "typescript": "export function helper{i}(value: number): number {{\n  const total = value + {i};\n  return total;\n}}\n",
+}
+
+
+def agentic_files(domain: str) -> list[SourceFile]:
+    """Made-up files with what an agentic edit needs: functions, and an identifier used three times or more."""
+    source = Source(f"made-up-{domain}", domain, "npm", "1.0", "MIT", ("*",))
+    return [SourceFile(source, f"f{n}.txt", "\n".join(BLOCK[domain].format(i=n * 10 + i) for i in range(6))) for n in range(4)]
+
+
+def test_agentic_edits_on_training_files_are_answered_like_the_other_prompts(loaded, tmp_path, monkeypatch):
+    monkeypatch.setattr(distill_data, "training_files", agentic_files)
+    spec = DataSpec(num_prompts=4, prompt_tokens=(20, 80), response_tokens=8, seed=1, kind="agentic")
+    prompts = distill_data.draw_prompts(loaded.tokenizer, spec)
+    assert [p["task"] for p in prompts] == list(AGENTIC_TASKS)  # the four edits in turn
+    assert {p["domain"] for p in prompts} == {"agentic"} and len({p["source"] for p in prompts}) == 4
+    assert len({p["source"].split(":")[0] for p in prompts}) == 2  # Python and TypeScript files
+    second_turn = prompts[3]["prompt_ids"]
+    assert second_turn.count(loaded.tokenizer.encode("<|im_start|>", add_bos=False)[0]) >= 4  # user, assistant, user
+    records = generate_sequences(loaded, spec, tmp_path / "agentic", batch_size=2)
+    assert [r["id"] for r in records] == [p["id"] for p in prompts] and all(r["response_ids"] for r in records)
+
+
+def test_a_spec_stored_before_its_kind_existed_reads_as_task_prompts():
+    stored = {"num_prompts": 144, "prompt_tokens": [200, 400], "response_tokens": 160, "sampled_share": 0.5, "seed": 2}
+    assert DataSpec.stored(stored) == DataSpec(seed=2)
+    with pytest.raises(ValueError, match="'tasks' or 'agentic'"):
+        distill_data.draw_prompts(None, DataSpec(kind="other"))
