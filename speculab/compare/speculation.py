@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ class Side:
     """One engine decoding one way, and its passes."""
 
     name: str  # "speculab ngram", "llama.cpp baseline", ...
-    run: object  # (prompts, max_tokens) -> Pass
+    run: Callable[[list[list[int]], int], Pass]  # (prompts [prompt][token], max_tokens) -> its pass
     passes: list[Pass] = field(default_factory=list)
 
 
@@ -90,6 +91,9 @@ def llama_runner(server: EngineServer):
             done: list[Completion] = [complete(server.command.url, p, max_tokens) for p in prompts]
         finally:
             server.pause()
+        short = [c.predicted_n for c in done if c.predicted_n != max_tokens]
+        if short:
+            raise RuntimeError(f"llama-server generated {short} tokens where {max_tokens} were asked; see {server.log}")
         return Pass(
             [c.tokens for c in done],
             sum(c.predicted_n - 1 for c in done),

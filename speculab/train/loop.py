@@ -2,9 +2,11 @@
 
 Knows: AdamW with linear warm-up and linear decay, gradient clipping by value
 (the EAGLE recipe), a wall-clock budget (``max_minutes``: the run stops
-cleanly, saves, and can be resumed), periodic checkpoints that ``resume``
-continues from (model, optimiser, step, loss history), a progress bar, and
-the loss log (``DIR/train_log.jsonl``).
+cleanly, saves, and can be resumed; it is the total over resumed runs),
+periodic checkpoints that ``resume`` continues from (model, optimiser, step,
+loss history), a checkpoint at Ctrl-C too (a sitting ends without losing the
+steps since the last one), a progress bar, and the loss log
+(``DIR/train_log.jsonl``).
 
 Does not know: what is trained or what the loss is: ``step_fn(batch) ->
 (loss, metrics)`` comes from the caller.
@@ -98,38 +100,42 @@ def run(
     budget = cfg.max_minutes * 60 if cfg.max_minutes else float("inf")
     finished = True
     model.train()
-    with tqdm(total=cfg.steps, initial=step, desc=desc, unit="step") as bar, (out / LOG).open("a") as log:
-        for batch in batches(step):
-            if step >= cfg.steps:
-                break
-            if time.perf_counter() - started >= budget:
-                finished = False
-                break
-            lr = lr_at(step, cfg, time.perf_counter() - started)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            loss, metrics = step_fn(batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_value_(params, cfg.clip_value)
-            opt.step()
-            step += 1
-            row = {
-                "step": step,
-                "seconds": round(time.perf_counter() - started, 2),
-                "lr": lr,
-                "loss": float(loss.detach()),
-                **{k: float(v) for k, v in metrics.items()},
-            }
-            history.append(row)
-            log.write(json.dumps(row) + "\n")
-            log.flush()
-            bar.update(1)
-            bar.set_postfix({k: f"{v:.3f}" for k, v in row.items() if k in ("loss", "top1")})
-            if step % cfg.checkpoint_every == 0:
-                _save(out, model, opt, step, time.perf_counter() - started)
-        else:
-            finished = step >= cfg.steps
+    try:  # Ctrl-C (the end of a sitting) keeps every step done: --resume goes on from the last
+        with tqdm(total=cfg.steps, initial=step, desc=desc, unit="step") as bar, (out / LOG).open("a") as log:
+            for batch in batches(step):
+                if step >= cfg.steps:
+                    break
+                if time.perf_counter() - started >= budget:
+                    finished = False
+                    break
+                lr = lr_at(step, cfg, time.perf_counter() - started)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                loss, metrics = step_fn(batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_value_(params, cfg.clip_value)
+                opt.step()
+                step += 1
+                row = {
+                    "step": step,
+                    "seconds": round(time.perf_counter() - started, 2),
+                    "lr": lr,
+                    "loss": float(loss.detach()),
+                    **{k: float(v) for k, v in metrics.items()},
+                }
+                history.append(row)
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                bar.update(1)
+                bar.set_postfix({k: f"{v:.3f}" for k, v in row.items() if k in ("loss", "top1")})
+                if step % cfg.checkpoint_every == 0:
+                    _save(out, model, opt, step, time.perf_counter() - started)
+            else:
+                finished = step >= cfg.steps
+    except KeyboardInterrupt:
+        _save(out, model, opt, step, time.perf_counter() - started)
+        raise
     seconds = time.perf_counter() - started
     _save(out, model, opt, step, seconds)
     model.eval()

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from speculab.engine import Engine
@@ -65,6 +66,28 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     )
     assert result.steps_done == 9
     assert [h["step"] for h in loop.read_log(tmp_path)] == list(range(1, 10))
+
+
+def test_ctrl_c_keeps_every_step_done_and_resume_goes_on_from_it(tmp_path):
+    target = speculab_from_hf(tiny_hf_model("llama", seed=1), prepack=False)
+    items = sequences_with_features(target, n=3)
+    stream = lambda start: (make_batch(g) for g in batches_by_tokens(items * 4, 2 * 64, seed=0))  # noqa: E731
+    head, calls = new_head(target, seed=0), []
+
+    def interrupted_at_the_fifth(batch):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return head_loss(head, target, batch)
+
+    cfg = loop.LoopConfig(steps=8, checkpoint_every=100, max_minutes=30)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(head, stream, interrupted_at_the_fifth, cfg, tmp_path)
+    saved = torch.load(tmp_path / loop.CHECKPOINT, weights_only=True)
+    assert saved["step"] == 4 and saved["seconds"] > 0  # no periodic checkpoint was due: the interrupt wrote it
+    again = new_head(target, seed=5)
+    result = loop.run(again, stream, lambda b: head_loss(again, target, b), cfg, tmp_path, resume=True)
+    assert result.steps_done == 8 and [h["step"] for h in loop.read_log(tmp_path)] == list(range(1, 9))
 
 
 def test_saved_head_is_published_layout_and_lossless(tmp_path):
