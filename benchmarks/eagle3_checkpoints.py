@@ -4,8 +4,10 @@ Each checkpoint (``OUT/state/checkpoint.pt`` copied during a run) is written in 
 greedily with the target on held-out training-share prompts (``DataSpec`` seed 2000, files outside the head's
 ``training_files.json``), as the trainer's card check does. Usage:
 python benchmarks/eagle3_checkpoints.py --head speculab/assets/smollm2-135m-eagle3 --checkpoints step100.pt ...
-[--spec 'eagle3:num_steps=3,topk=2,num_draft_tokens=4,batch_budget=none'] [--prompts 12] [--max-tokens 96].
-The last stdout line is one JSON document.
+[--spec 'eagle3:num_steps=3,topk=2,num_draft_tokens=4,batch_budget=none'] [--prompts 12] [--max-tokens 96]
+[--beside 'eagle:num_steps=3,topk=2,num_draft_tokens=4,batch_budget=none'] (other methods measured on the same
+prompts, e.g. the shipped EAGLE-1 head: held out only if its training files are among the run's, as the shipped
+heads' seeds are). The last stdout line is one JSON document.
 """
 
 import argparse
@@ -43,6 +45,7 @@ def main() -> int:
     p.add_argument("--spec", default="eagle3:num_steps=3,topk=2,num_draft_tokens=4,batch_budget=none")
     p.add_argument("--prompts", type=int, default=12)
     p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--beside", nargs="*", default=[], help="method specs measured once on the same prompts")
     args = p.parse_args()
     loaded = load()
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
@@ -58,7 +61,14 @@ def main() -> int:
         rows.append({"checkpoint": str(checkpoint), "step": step, **result})
         conditional = " / ".join(f"{c:.2f}" for c in result["conditional_acceptance"])
         print(f"step {step:5d}  τ {result['mean_acceptance_length']:.3f}  conditional {conditional}", file=sys.stderr)
-    print(json.dumps({"cpu_flags": reported_cpu_flags(), "dtype": loaded.dtype, "spec": args.spec, "checkpoints": rows}))
+    beside = []
+    for text in args.beside:
+        spec = parse_method(text)
+        result = measure_acceptance(loaded, new_proposer(spec, proposer_options(spec, loaded)), prompts, args.max_tokens)
+        beside.append({"spec": text, **result})
+        print(f"{text}  τ {result['mean_acceptance_length']:.3f}", file=sys.stderr)
+    record = {"cpu_flags": reported_cpu_flags(), "dtype": loaded.dtype, "spec": args.spec, "checkpoints": rows, "beside": beside}
+    print(json.dumps(record))
     return 0
 
 
