@@ -4,7 +4,7 @@ Knows: AdamW with linear warm-up and linear decay, gradient clipping by value
 (the EAGLE recipe), a wall-clock budget (``max_minutes``: the run stops
 cleanly, saves, and can be resumed; it is the total over resumed runs),
 periodic checkpoints that ``resume`` continues from (model, optimiser, step,
-loss history), a checkpoint at Ctrl-C too (a sitting ends without losing the
+loss history), a checkpoint at Ctrl-C or SIGTERM too (a sitting ends without losing the
 steps since the last one), a progress bar, and the loss log
 (``DIR/train_log.jsonl``).
 
@@ -15,6 +15,8 @@ Does not know: what is trained or what the loss is: ``step_fn(batch) ->
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -68,6 +70,18 @@ def _save(out: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int, se
     tmp.replace(out / CHECKPOINT)  # a kill mid-save never leaves a broken checkpoint
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm():
+    """SIGTERM raises KeyboardInterrupt while training (a background run ignores SIGINT, so a kill is how a sitting
+    ends it); returns the handler it replaced, None off the main thread, where handlers cannot be set."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupt)
+
+
 def read_log(out: Path) -> list[dict]:
     return read_records(out / LOG)
 
@@ -100,7 +114,8 @@ def run(
     budget = cfg.max_minutes * 60 if cfg.max_minutes else float("inf")
     finished = True
     model.train()
-    try:  # Ctrl-C (the end of a sitting) keeps every step done: --resume goes on from the last
+    previous = _stop_on_sigterm()
+    try:  # Ctrl-C or a kill (the end of a sitting) keeps every step done: --resume goes on from the last
         with tqdm(total=cfg.steps, initial=step, desc=desc, unit="step") as bar, (out / LOG).open("a") as log:
             for batch in batches(step):
                 if step >= cfg.steps:
@@ -136,6 +151,9 @@ def run(
     except KeyboardInterrupt:
         _save(out, model, opt, step, time.perf_counter() - started)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     seconds = time.perf_counter() - started
     _save(out, model, opt, step, seconds)
     model.eval()

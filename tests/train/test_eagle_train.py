@@ -1,6 +1,8 @@
 """The EAGLE trainer on a tiny target: features, loss going down, a saved head that is lossless."""
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -68,7 +70,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert [h["step"] for h in loop.read_log(tmp_path)] == list(range(1, 10))
 
 
-def test_ctrl_c_keeps_every_step_done_and_resume_goes_on_from_it(tmp_path):
+def test_a_kill_keeps_every_step_done_and_resume_goes_on_from_it(tmp_path):
     target = speculab_from_hf(tiny_hf_model("llama", seed=1), prepack=False)
     items = sequences_with_features(target, n=3)
     stream = lambda start: (make_batch(g) for g in batches_by_tokens(items * 4, 2 * 64, seed=0))  # noqa: E731
@@ -77,12 +79,14 @@ def test_ctrl_c_keeps_every_step_done_and_resume_goes_on_from_it(tmp_path):
     def interrupted_at_the_fifth(batch):
         calls.append(1)
         if len(calls) == 5:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # as a sitting's end stops a background run
         return head_loss(head, target, batch)
 
     cfg = loop.LoopConfig(steps=8, checkpoint_every=100, max_minutes=30)
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
         loop.run(head, stream, interrupted_at_the_fifth, cfg, tmp_path)
+    assert signal.getsignal(signal.SIGTERM) is before  # the loop's handler lives only while it trains
     saved = torch.load(tmp_path / loop.CHECKPOINT, weights_only=True)
     assert saved["step"] == 4 and saved["seconds"] > 0  # no periodic checkpoint was due: the interrupt wrote it
     again = new_head(target, seed=5)
