@@ -20,7 +20,8 @@ from speculab.cpu import reported_cpu_flags
 from speculab.engine import Engine
 from speculab.models.linear import linear_kind
 from speculab.runtime import load
-from speculab.train.distill_data import DataSpec, FeatureRecorder, answer_params, draw_prompts, generate_sequences
+from speculab.train.distill_data import FeatureRecorder, answer_params, generate_sequences
+from speculab.train.training_prompts import DataSpec, draw_prompts
 
 SLOTS = 16
 

@@ -23,8 +23,8 @@ from speculab.methods import METHODS, new_proposer, parse_method, proposer_optio
 from speculab.models.loading import load_model
 from speculab.runtime import load
 from speculab.train.card import measure_acceptance
-from speculab.train.distill_data import held_out_prompts
 from speculab.train.eagle3 import new_eagle3_head, save_eagle3_head
+from speculab.train.training_prompts import held_out_prompts
 
 
 def export(checkpoint: Path, target, raw: dict, out: Path) -> int:

@@ -22,7 +22,7 @@ from speculab.models.linear import linear_kind
 from speculab.runtime import load
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
-from speculab.train.distill_data import held_out_prompts
+from speculab.train.training_prompts import held_out_prompts
 
 
 def used_sources(specs) -> set[str]:

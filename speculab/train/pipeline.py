@@ -23,19 +23,10 @@ from speculab.models.draft_vocab import save_ranking
 from speculab.models.loading import load_model
 from speculab.train import loop
 from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
-from speculab.train.distill_data import (
-    AGENTIC_TOKENS,
-    CodeSpec,
-    DataSpec,
-    batches_by_tokens,
-    data_manifest,
-    generate_sequences,
-    held_out_prompts,
-    load_features,
-    record_code_windows,
-)
+from speculab.train.distill_data import batches_by_tokens, data_manifest, generate_sequences, load_features, record_code_windows
 from speculab.train.eagle3_features import cached_layer_features
 from speculab.train.recipes import RECIPES
+from speculab.train.training_prompts import AGENTIC_TOKENS, CodeSpec, DataSpec, held_out_prompts
 from speculab.train.vocab import rank_tokens
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import torch
 
-from speculab.train.distill_data import training_files
+from speculab.train.training_prompts import training_files
 
 DOMAINS = ("python", "typescript", "sql")
 

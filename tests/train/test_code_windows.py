@@ -6,8 +6,9 @@ import torch
 from speculab import runtime
 from speculab.corpora.sources import Source, SourceFile
 from speculab.models.llama import prefill
-from speculab.train import distill_data
-from speculab.train.distill_data import CodeSpec, data_manifest, load_features, record_code_windows
+from speculab.train import training_prompts
+from speculab.train.distill_data import data_manifest, load_features, record_code_windows
+from speculab.train.training_prompts import CodeSpec
 from tests.helpers import save_tiny_checkpoint
 
 SPEC = CodeSpec(num_windows=6, window_tokens=(20, 40))
@@ -25,13 +26,13 @@ def made_up_files(domain: str) -> list[SourceFile]:
 
 @pytest.fixture()
 def loaded(tmp_path, monkeypatch):
-    monkeypatch.setattr(distill_data, "training_files", made_up_files)
+    monkeypatch.setattr(training_prompts, "training_files", made_up_files)
     return runtime.load(save_tiny_checkpoint(tmp_path / "target", seed=2), dtype="float32")
 
 
 def test_windows_are_assistant_turns_with_the_targets_features(loaded, tmp_path):
     windows = record_code_windows(loaded, SPEC, tmp_path / "d", batch_size=2)
-    assert [w["domain"] for w in windows].count("python") == round(6 * distill_data.DOMAIN_SHARE["python"])
+    assert [w["domain"] for w in windows].count("python") == round(6 * training_prompts.DOMAIN_SHARE["python"])
     assert len({w["source"] for w in windows}) == len(windows)
     features = load_features(tmp_path / "d", windows)
     request = loaded.tokenizer.encode_chat([{"role": "user", "content": "x"}])
@@ -51,7 +52,7 @@ def test_skipped_files_stay_out_and_the_manifest_counts_windows(loaded, tmp_path
     skip = {f.file_id for f in made_up_files("python")[:3]}
     windows = record_code_windows(loaded, SPEC, tmp_path / "d", skip_files=skip)
     assert windows and not skip & {w["source"] for w in windows}
-    manifest = data_manifest([], [distill_data.DataSpec(num_prompts=0)], windows, SPEC)
+    manifest = data_manifest([], [training_prompts.DataSpec(num_prompts=0)], windows, SPEC)
     assert manifest["code_windows"] == len(windows)
     assert manifest["code_window_tokens"] == sum(len(w["prompt_ids"]) + len(w["response_ids"]) for w in windows)
     assert set(manifest["files"]) == {w["source"] for w in windows}

@@ -7,8 +7,9 @@ from speculab import runtime
 from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
 from speculab.corpora.sources import Source, SourceFile
 from speculab.engine import Engine
-from speculab.train import distill_data
-from speculab.train.distill_data import DataSpec, answer_params, generate_sequences, load_features
+from speculab.train import training_prompts
+from speculab.train.distill_data import answer_params, generate_sequences, load_features
+from speculab.train.training_prompts import DataSpec
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_code_windows import made_up_files
 
@@ -17,7 +18,7 @@ SPEC = DataSpec(num_prompts=7, prompt_tokens=(20, 40), response_tokens=12, sampl
 
 @pytest.fixture()
 def loaded(tmp_path, monkeypatch):
-    monkeypatch.setattr(distill_data, "training_files", made_up_files)
+    monkeypatch.setattr(training_prompts, "training_files", made_up_files)
     return runtime.load(save_tiny_checkpoint(tmp_path / "target", seed=2), dtype="float32")
 
 
@@ -29,7 +30,7 @@ def test_each_answer_is_the_one_the_prompt_gets_alone(loaded, tmp_path):
     """Slots refill as answers end, and no answer depends on which others shared the batch."""
     records = generate_sequences(loaded, SPEC, tmp_path / "d", batch_size=3, shard_size=2)
     assert [r["id"] for r in records] == sorted(r["id"] for r in records) and len(records) == 7
-    prompts = distill_data.draw_prompts(loaded.tokenizer, SPEC)
+    prompts = training_prompts.draw_prompts(loaded.tokenizer, SPEC)
     params = answer_params(prompts, SPEC)
     assert {p.temperature for p in params} == {0.0, 0.8}  # greedy and sampled answers both covered
     alone = Engine(loaded.model, 1, 256, loaded.tokenizer.stop_ids)
@@ -66,9 +67,9 @@ def agentic_files(domain: str) -> list[SourceFile]:
 
 
 def test_agentic_edits_on_training_files_are_answered_like_the_other_prompts(loaded, tmp_path, monkeypatch):
-    monkeypatch.setattr(distill_data, "training_files", agentic_files)
+    monkeypatch.setattr(training_prompts, "training_files", agentic_files)
     spec = DataSpec(num_prompts=4, prompt_tokens=(20, 80), response_tokens=8, seed=1, kind="agentic")
-    prompts = distill_data.draw_prompts(loaded.tokenizer, spec)
+    prompts = training_prompts.draw_prompts(loaded.tokenizer, spec)
     assert [p["task"] for p in prompts] == list(AGENTIC_TASKS)  # the four edits in turn
     assert {p["domain"] for p in prompts} == {"agentic"} and len({p["source"] for p in prompts}) == 4
     assert len({p["source"].split(":")[0] for p in prompts}) == 2  # Python and TypeScript files
@@ -82,4 +83,4 @@ def test_a_spec_stored_before_its_kind_existed_reads_as_task_prompts():
     stored = {"num_prompts": 144, "prompt_tokens": [200, 400], "response_tokens": 160, "sampled_share": 0.5, "seed": 2}
     assert DataSpec.stored(stored) == DataSpec(seed=2)
     with pytest.raises(ValueError, match="'tasks' or 'agentic'"):
-        distill_data.draw_prompts(None, DataSpec(kind="other"))
+        training_prompts.draw_prompts(None, DataSpec(kind="other"))

@@ -14,7 +14,7 @@ from speculab.models.draft_vocab import load_token_ranking
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import load_model
-from speculab.train.distill_data import DataSpec
+from speculab.train.training_prompts import DataSpec
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
 
