@@ -3,6 +3,7 @@
 Knows: an engine's steps and a clock that stands still while its engine waits (``OwnClock``), so a cell's tok/s and
 latencies count its own steps only, and a machine whose speed drifts within seconds (a shared virtual machine) slows
 every engine of one round alike. A turn ends at the first step boundary past its slice; a step is never cut.
+Also the order of whole passes in rounds (``abba``), for sides that each run a pass at a time (launched servers).
 Does not know: methods, what a cell records (``in_process.py``), or the results file.
 """
 
@@ -10,13 +11,25 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tqdm import tqdm
 
 from speculab.bench.margins import MarginsByRequest
 from speculab.engine import Engine
 from speculab.request import Request
+
+T = TypeVar("T")
+
+
+def abba(sides: list[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """(round, side): every side once a round, the order reversed every other round, so a drift within a round
+    reaches every side alike."""
+    for round_index in range(rounds):
+        for side in sides if round_index % 2 == 0 else sides[::-1]:
+            yield round_index, side
 
 
 class OwnClock:

@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from speculab.bench.agreement import prefix_agreement
+from speculab.bench.turns import abba
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.compare import llamacpp
 from speculab.compare.gguf_draft import draft_gguf
@@ -86,11 +87,8 @@ def speculab_runner(engine: Engine):
 
 def llama_runner(server: EngineServer):
     def run(prompts: list[list[int]], max_tokens: int) -> Pass:
-        server.resume()
-        try:
+        with server.taking_turn():
             done: list[Completion] = [complete(server.command.url, p, max_tokens) for p in prompts]
-        finally:
-            server.pause()
         short = [c.predicted_n for c in done if c.predicted_n != max_tokens]
         if short:
             raise RuntimeError(f"llama-server generated {short} tokens where {max_tokens} were asked; see {server.log}")
@@ -105,14 +103,12 @@ def llama_runner(server: EngineServer):
     return run
 
 
-def take_turns(sides: list[Side], prompts: list[list[int]], max_tokens: int, repeats: int) -> None:
-    """A warm-up round (the first prompt on each side, not kept), then ``repeats`` rounds, the order reversed every
-    other round."""
+def passes_in_turns(sides: list[Side], prompts: list[list[int]], max_tokens: int, repeats: int) -> None:
+    """A warm-up round (the first prompt on each side, not kept), then ``repeats`` rounds in ABBA order."""
     for side in sides:
         side.run(prompts[:1], max_tokens)
-    for r in tqdm(range(repeats), desc="rounds (each side a pass over the prompts)", unit="round"):
-        for side in sides if r % 2 == 0 else sides[::-1]:
-            side.passes.append(side.run(prompts, max_tokens))
+    for _, side in tqdm(abba(sides, repeats), total=len(sides) * repeats, desc="passes over the prompts", unit="pass"):
+        side.passes.append(side.run(prompts, max_tokens))
 
 
 def summary(plain: Side, speculating: Side) -> dict:
@@ -187,7 +183,7 @@ def compare_llamacpp_speculation(args: argparse.Namespace, loaded: LoadedModel) 
             servers[-1].pause()
         ours = speculab_sides(loaded, spec, prompts, args.max_tokens)
         theirs = [Side("llama.cpp baseline", llama_runner(servers[0])), Side(f"llama.cpp {spec.name}", llama_runner(servers[1]))]
-        take_turns([*ours, *theirs], prompts, args.max_tokens, args.repeats)
+        passes_in_turns([*ours, *theirs], prompts, args.max_tokens, args.repeats)
     ours_summary, theirs_summary = summary(*ours), summary(*theirs)
     return {
         "peer": "llama.cpp",

@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -97,6 +99,15 @@ class EngineServer:
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+
+    @contextmanager
+    def taking_turn(self) -> Iterator[EngineServer]:
+        """Resumed for one turn of servers side by side, paused again after it (a failed turn too)."""
+        self.resume()
+        try:
+            yield self
+        finally:
+            self.pause()
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.process is not None and self.process.poll() is None:

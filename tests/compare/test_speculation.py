@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from speculab.compare.speculation import Pass, Side, speculating_spec, summary, take_turns
+from speculab.compare.speculation import Pass, Side, passes_in_turns, speculating_spec, summary
 
 
 def args(method: str, draft: str | None = None) -> argparse.Namespace:
@@ -34,10 +34,10 @@ def recording_side(name: str, log: list) -> Side:
     return Side(name, run)
 
 
-def test_sides_warm_up_once_then_take_turns_in_abba_order():
+def test_sides_warm_up_once_then_passes_in_turns_in_abba_order():
     log: list = []
     sides = [recording_side(n, log) for n in "ABCD"]
-    take_turns(sides, [[1, 2], [3]], max_tokens=32, repeats=3)
+    passes_in_turns(sides, [[1, 2], [3]], max_tokens=32, repeats=3)
     assert log[:4] == [(n, 1, 32) for n in "ABCD"]  # warm-up: the first prompt
     assert [name for name, *_ in log[4:]] == list("ABCD" + "DCBA" + "ABCD")
     assert all(count == 2 and tokens == 32 for _, count, tokens in log[4:])

@@ -44,7 +44,12 @@ def test_starts_a_real_server_waits_for_health_and_stops_it(tmp_path):
             httpx.get(f"{command.url}/health", timeout=1)
         server.resume()
         assert httpx.get(f"{command.url}/health", timeout=5).status_code == 200
-        server.pause()  # a paused server still stops on leaving
+        server.pause()
+        with pytest.raises(ValueError), server.taking_turn():  # a turn resumes it, and pauses it again even when it fails
+            assert httpx.get(f"{command.url}/health", timeout=5).status_code == 200
+            raise ValueError
+        with pytest.raises(httpx.TimeoutException):
+            httpx.get(f"{command.url}/health", timeout=1)  # a paused server still stops on leaving
     assert process.poll() is not None
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{command.url}/health", timeout=2)

@@ -12,40 +12,29 @@ servers launched and stopped one by one. Does not know: what a cell records or w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 
 from speculab.bench.over_http.endpoint import Pass, measure_pass
 from speculab.bench.over_http.launched_engines import ReferenceModel, Served, served, warm_batch
 from speculab.bench.settings import RunContext
+from speculab.bench.turns import abba
 from speculab.methods import MethodSpec
 
 LAUNCHES_AT_ONCE = 2  # servers starting together: on 2 cores, two starts take about the time of one
-
-
-@contextmanager
-def running(server: Served) -> Iterator[Served]:
-    """``server`` resumed for a turn, paused again after it."""
-    server.process.resume()
-    try:
-        yield server
-    finally:
-        server.process.pause()
 
 
 def passes_in_turns(servers: list[Served], items, batch_size: int, run: RunContext) -> dict[str, list[Pass]]:
     """``run.cfg.repeats`` passes of every server over ``items`` at ``batch_size``, in rounds of one pass each, the
     order reversed every other round; first an untimed pass of each (a new batch shape's first steps are slower)."""
     for server in servers:
-        with running(server):
+        with server.process.taking_turn():
             warm_batch(server, items, batch_size, run.cfg)
     passes: dict[str, list[Pass]] = {s.label: [] for s in servers}
-    for round_index in range(run.cfg.repeats):
-        for server in servers if round_index % 2 == 0 else servers[::-1]:
-            run.show(f"b{batch_size} round {round_index + 1}/{run.cfg.repeats} {server.label}")
-            with running(server):
-                passes[server.label].append(measure_pass(server.endpoint, server.info, items, batch_size, run.cfg, run.bar))
+    for round_index, server in abba(servers, run.cfg.repeats):
+        run.show(f"b{batch_size} round {round_index + 1}/{run.cfg.repeats} {server.label}")
+        with server.process.taking_turn():
+            passes[server.label].append(measure_pass(server.endpoint, server.info, items, batch_size, run.cfg, run.bar))
     return passes
 
 
