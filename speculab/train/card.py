@@ -86,33 +86,22 @@ def write_manifest(out: Path, *, command: list[str], data: dict, train_seconds: 
     return path
 
 
-def write_card(
-    out: Path,
-    *,
-    title: str,
-    summary: list[str],
-    data: dict,
-    loop: dict,
-    acceptance: dict,
-    plot: str,
-    command: list[str],
-    earlier_commands: list[str] = (),
-    init_from: Path | None = None,
-) -> Path:
-    acc = acceptance
-    rate = acc.get("acceptance_rate")
-    lines = [
-        f"# {title}",
-        "",
-        *summary,
-        "",
-        "## Data",
-        "",
+def _data_lines(data: dict) -> list[str]:
+    """The card's "Data" section: what was answered, read and drawn from where."""
+    return [
         f"- {data['num_sequences']} sequences, {data['num_tokens']:,} tokens ({data['response_tokens']:,} of them "
         f"the target's own responses; {data['sampled_responses']} responses sampled at T=0.8, the rest greedy).",
         *(
             [f"- Prompts drawn with seeds {', '.join(map(str, data['prompt_seeds']))}, {data['spec']['num_prompts']} per seed."]
             if data.get("prompt_seeds")
+            else []
+        ),
+        *(
+            [
+                f"- Plus {data['agentic_prompts']} agentic edits (rename, lint-fix, apply-review, second turn) on "
+                "training-share Python and TypeScript files, answered by the target."
+            ]
+            if data.get("agentic_prompts")
             else []
         ),
         *(
@@ -125,6 +114,35 @@ def write_card(
         ),
         "- Sources (training share only; the benchmark's files are excluded by `speculab.corpora.sources.is_benchmark_file`):",
         *[f"  - {s['name']} {s['version']} ({s['registry']}), {s['license']}" for s in data["sources"]],
+    ]
+
+
+def write_card(
+    out: Path,
+    *,
+    title: str,
+    summary: list[str],
+    data: dict,
+    loop: dict,
+    acceptance: dict,
+    plot: str,
+    command: list[str],
+    earlier_commands: list[str] = (),
+    init_from: Path | None = None,
+    notes: str = "",
+) -> Path:
+    """The drafter's README.md: what it is, its data, its training, its held-out acceptance, then ``notes`` (Markdown
+    the trainer cannot know, e.g. why this shape), as given."""
+    acc = acceptance
+    rate = acc.get("acceptance_rate")
+    lines = [
+        f"# {title}",
+        "",
+        *summary,
+        "",
+        "## Data",
+        "",
+        *_data_lines(data),
         "",
         "## Training",
         "",
@@ -151,6 +169,7 @@ def write_card(
             ]
         ),
         "",
+        *([notes.strip(), ""] if notes.strip() else []),
         "Benchmark figures on the benchmark workload are in the repository's BENCHMARKS.md.",
         "",
     ]

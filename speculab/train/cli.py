@@ -67,6 +67,13 @@ def _training_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/state/checkpoint.pt")
     p.add_argument("--eval-prompts", type=int, default=8, help="held-out prompts for the acceptance check (0: none)")
     p.add_argument("--eval-tokens", type=int, default=96)
+    p.add_argument(
+        "--card-notes",
+        type=Path,
+        default=None,
+        help="a Markdown file appended to the card as it is: why this drafter (the measurements that chose its shape "
+        "or recipe, how it compares), which training cannot know",
+    )
     _ranking_flags(p)
 
 

@@ -243,9 +243,12 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
 def data_manifest(sequences: list[dict], specs: list[DataSpec], windows: list[dict] = (), code_spec: CodeSpec | None = None) -> dict:
     """What the trainers read: the prompt sets (one spec per prompt seed), code windows, token counts, sources."""
     files = sorted({s["source"] for s in [*sequences, *windows]})
+    tasks = [s for s in specs if s.kind == "tasks"]
+    agentic = [s for s in specs if s.kind == "agentic"]
     return {
         "spec": specs[0].__dict__,
-        **({"prompt_seeds": [s.seed for s in specs]} if len(specs) > 1 else {}),
+        **({"prompt_seeds": [s.seed for s in tasks]} if len(tasks) > 1 else {}),
+        **({"agentic_spec": agentic[0].__dict__, "agentic_prompts": agentic[0].num_prompts} if agentic else {}),
         **(
             {
                 "code_spec": code_spec.__dict__,

@@ -163,6 +163,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train one drafter kind (eagle, eagle3 or draft) end to end."""
 
     started = time.perf_counter()
+    notes = getattr(args, "card_notes", None)
+    if notes is not None and not notes.is_file():  # found out now, not after hours of training
+        raise ValueError(f"--card-notes {notes}: no such file")
     command, loaded = _setup(args)
     sequences, items, data = _data(args, loaded, features=True)
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
@@ -230,6 +233,7 @@ def _write_records(run: TrainRun, result, history: list[dict], acceptance: dict)
         command=run.command,
         earlier_commands=earlier,
         init_from=init,
+        notes=_card_notes(args),
     )
     extra = {
         "commands": earlier + [" ".join(run.command)],  # every run that trained this checkpoint, in order
@@ -243,6 +247,11 @@ def _write_records(run: TrainRun, result, history: list[dict], acceptance: dict)
     write_manifest(args.out, command=run.command, data=manifest_data, train_seconds=result.seconds, extra=extra)
     (args.out / "training_files.json").write_text(json.dumps(data["files"], indent=0) + "\n")
     return card
+
+
+def _card_notes(args) -> str:
+    """``--card-notes FILE``'s text (its existence checked before training starts, in ``cmd_train``)."""
+    return args.card_notes.read_text(encoding="utf-8") if getattr(args, "card_notes", None) else ""
 
 
 def _settings(args) -> dict:

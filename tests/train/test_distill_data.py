@@ -8,7 +8,8 @@ from speculab.corpora.agentic import TASKS as AGENTIC_TASKS
 from speculab.corpora.sources import Source, SourceFile
 from speculab.engine import Engine
 from speculab.train import training_prompts
-from speculab.train.distill_data import answer_params, generate_sequences, load_features
+from speculab.train.card import write_card
+from speculab.train.distill_data import answer_params, data_manifest, generate_sequences, load_features
 from speculab.train.training_prompts import DataSpec
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_code_windows import made_up_files
@@ -84,3 +85,17 @@ def test_a_spec_stored_before_its_kind_existed_reads_as_task_prompts():
     assert DataSpec.stored(stored) == DataSpec(seed=2)
     with pytest.raises(ValueError, match="'tasks' or 'agentic'"):
         training_prompts.draw_prompts(None, DataSpec(kind="other"))
+
+
+def test_the_manifest_counts_agentic_edits_apart_from_the_prompt_seeds(tmp_path):
+    specs = [DataSpec(num_prompts=4, seed=0), DataSpec(num_prompts=4, seed=1), DataSpec(num_prompts=3, seed=0, kind="agentic")]
+    manifest = data_manifest([], specs)
+    assert manifest["prompt_seeds"] == [0, 1]  # the agentic folder's seed is not a prompt seed
+    assert manifest["agentic_prompts"] == 3 and manifest["agentic_spec"]["kind"] == "agentic"
+    acceptance = {"prompts": 0}
+    loop = {"steps_done": 1, "finished": True, "seconds": 60.0, "final": {}}
+    card = write_card(tmp_path, title="t", summary=[], data=manifest, loop=loop, acceptance=acceptance, plot="p.png", command=["speculab"])
+    text = card.read_text()
+    assert "- Prompts drawn with seeds 0, 1, 4 per seed." in text
+    assert "- Plus 3 agentic edits (rename, lint-fix, apply-review, second turn)" in text
+    assert "agentic_prompts" not in data_manifest([], specs[:2])

@@ -224,3 +224,19 @@ def test_eagle3_trains_online_without_a_feature_cache(target_and_data, tmp_path,
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
     assert not (data / "eagle3-features").exists()
     assert json.loads((out / "manifest.json").read_text())["settings"]["features"] == "online"
+
+
+def test_card_notes_are_appended_to_the_card_as_given(target_and_data, tmp_path, capsys):
+    target, data = target_and_data
+    notes = tmp_path / "why.md"
+    notes.write_text("## Why this shape\n\n| shape | c |\n|---|---|\n| 192 × 3 | 0.078 |\n")
+    out = tmp_path / "draft"
+    assert main(_train_args("draft", target, data, out, "1", "--card-notes", str(notes))) == 0
+    card = (out / "README.md").read_text()
+    assert "## Why this shape\n\n| shape | c |\n|---|---|\n| 192 × 3 | 0.078 |\n" in card
+    assert card.index("## Why this shape") > card.index("## Acceptance")  # after what the trainer measured
+    # a notes file that is not there is refused before any training, naming the flag and the file
+    capsys.readouterr()
+    assert main(_train_args("draft", target, data, tmp_path / "again", "1", "--card-notes", str(tmp_path / "nope.md"))) == 2
+    assert f"--card-notes {tmp_path / 'nope.md'}: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
