@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft workload vllm llamacpp sglang
+.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft-first assets-eagle3 assets-draft workload vllm llamacpp sglang
 
 setup: $(STAMP) model native
 
@@ -71,25 +71,34 @@ compare: setup llamacpp
 	$(BIN)/speculab compare transformers --dtype float32
 	$(BIN)/speculab compare llama.cpp --quant bf16
 
-# The embedded default's drafters, shipped in speculab/assets/ (see their README.md and manifest.json), in
-# under 3 hours of a 2-core machine. Self-distilled data is cached in ~/.cache/speculab/train-data (about
-# 40 minutes: 720 answered prompts, 320 code windows); every run resumes with `make assets RESUME=--resume`.
-# Then the EAGLE-1 head and the draft model train side by side, one thread each, 75 minutes (the shipped
-# ones ran 88 minutes side by side: their manifests). Then the EAGLE-3 head on both threads: 21 minutes to
-# cache its three target layers' inputs beside the data (once; resumable), then 45 minutes of training on them,
-# its loss on the target's answers only (BENCHMARKS.md, "Training the EAGLE-3 head on cached features").
+# The embedded default's drafters, shipped in speculab/assets/ (see their README.md and manifest.json), in about
+# 5 hours of a 2-core machine (EPYC Zen 5; README's "make assets, stage by stage"), in as many sittings as you
+# like: `make assets RESUME=--resume` continues every stage where it stopped (Ctrl-C or kill writes a checkpoint).
+# Self-distilled data is cached in ~/.cache/speculab/train-data: 8 prompt seeds (1,152 answered prompts), 240 agentic
+# edits and 320 code windows. Then two pairs of runs side by side, one thread each: the EAGLE-1 head (seeds 0-4) and
+# the draft model's first run (88 minutes each); then the EAGLE-3 head (its three target layers' inputs cached once,
+# then about 5,900 steps on the target's answers) and the draft model continued on all the data (95 minutes).
 ASSETS := speculab/assets
-SEEDS := 0 1 2 3 4
+SEEDS := 0 1 2 3 4 5 6 7
+EAGLE_SEEDS := 0 1 2 3 4
+AGENTIC := 240
+DRAFT_FIRST := runs/assets-draft-first
 assets: setup
-	$(BIN)/speculab train data --code-windows 320 --prompt-seeds $(SEEDS)
-	$(MAKE) -j2 assets-eagle assets-draft
-	$(BIN)/speculab train eagle3 --prompt-seeds $(SEEDS) --out $(ASSETS)/smollm2-135m-eagle3 --steps 5000 --max-minutes 45 --ttt-steps 5 --warmup-steps 20 --train-on answers $(RESUME)
+	$(BIN)/speculab train data --code-windows 320 --prompt-seeds $(SEEDS) --agentic-prompts $(AGENTIC)
+	$(MAKE) -j2 assets-eagle assets-draft-first
+	$(MAKE) -j2 assets-eagle3 assets-draft
 
 assets-eagle: setup
-	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --prompt-seeds $(SEEDS) --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 75 --warmup-steps 20 $(RESUME)
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --prompt-seeds $(EAGLE_SEEDS) --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 $(RESUME)
+
+assets-draft-first: setup
+	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(DRAFT_FIRST) --steps 50000 --max-minutes 88 --warmup-steps 50 --code-windows 320 $(RESUME)
+
+assets-eagle3: setup
+	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle3 --prompt-seeds $(SEEDS) --agentic-prompts $(AGENTIC) --out $(ASSETS)/smollm2-135m-eagle3 --steps 5935 --max-minutes 240 --warmup-steps 20 --ttt-steps 3 --train-on answers --checkpoint-every 25 --card-notes docs/drafter-notes/smollm2-135m-eagle3.md $(RESUME)
 
 assets-draft: setup
-	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 75 --warmup-steps 50 --code-windows 320 $(RESUME)
+	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --prompt-seeds $(SEEDS) --agentic-prompts $(AGENTIC) --code-windows 320 --init $(DRAFT_FIRST) --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 95 --warmup-steps 20 --card-notes docs/drafter-notes/smollm2-135m-draft.md $(RESUME)
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
 workload: setup
