@@ -65,15 +65,15 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--beside", nargs="*", default=[], help="method specs measured once on the same prompts")
     args = p.parse_args()
+    kind = args.spec.split(":")[0]
+    if kind not in EXPORTS:  # before the target loads
+        p.error(f"--spec {args.spec}: checkpoints of {kind} runs cannot be exported (only {', '.join(EXPORTS)})")
     loaded = load()
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
     raw = json.loads((loaded.path / "config.json").read_text())
     used = set(json.loads((args.head / "training_files.json").read_text()))
     prompts = held_out_prompts(loaded.tokenizer, used, args.prompts, 2000)
     rows = []
-    kind = args.spec.split(":")[0]
-    if kind not in EXPORTS:
-        p.error(f"--spec {args.spec}: checkpoints of {kind} runs cannot be exported (only {', '.join(EXPORTS)})")
     for checkpoint in args.checkpoints:
         with tempfile.TemporaryDirectory() as folder:
             step = export(checkpoint, kind, target, loaded, raw, Path(folder))

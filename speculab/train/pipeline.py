@@ -163,9 +163,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train one drafter kind (eagle, eagle3 or draft) end to end."""
 
     started = time.perf_counter()
-    notes = getattr(args, "card_notes", None)
-    if notes is not None and not notes.is_file():  # found out now, not after hours of training
-        raise ValueError(f"--card-notes {notes}: no such file")
+    if args.card_notes is not None and not args.card_notes.is_file():  # found out now, not after hours of training
+        raise ValueError(f"--card-notes {args.card_notes}: no such file")
     command, loaded = _setup(args)
     sequences, items, data = _data(args, loaded, features=True)
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
@@ -251,7 +250,7 @@ def _write_records(run: TrainRun, result, history: list[dict], acceptance: dict)
 
 def _card_notes(args) -> str:
     """``--card-notes FILE``'s text (its existence checked before training starts, in ``cmd_train``)."""
-    return args.card_notes.read_text(encoding="utf-8") if getattr(args, "card_notes", None) else ""
+    return args.card_notes.read_text(encoding="utf-8") if args.card_notes is not None else ""
 
 
 def _settings(args) -> dict:
