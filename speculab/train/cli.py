@@ -137,7 +137,7 @@ KINDS = {  # kind -> (help, flag groups, command name in pipeline.py)
     "eagle": ("an EAGLE-1/2 head (published layout)", (_target_flags, _data_flags, _training_flags, _init_flag), "cmd_train"),
     "eagle3": (
         "an EAGLE-3 head (published layout), with the training-time test",
-        (_target_flags, _data_flags, _training_flags, _eagle3_flags),
+        (_target_flags, _data_flags, _training_flags, _init_flag, _eagle3_flags),
         "cmd_train",
     ),
     "draft": ("a small draft model (HF layout)", (_target_flags, _data_flags, _training_flags, _init_flag, _draft_flags), "cmd_train"),

@@ -19,6 +19,7 @@ import speculab.train.draft as draft_training
 import speculab.train.eagle as eagle_training
 import speculab.train.eagle3 as eagle3_training
 from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
+from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.train.vocab import rank_tokens
 
@@ -107,10 +108,10 @@ class Eagle3Recipe:
     @staticmethod
     def setup(args, target, loaded, sequences):
         raw = json.loads((loaded.path / "config.json").read_text())
-        ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
-        size = min(args.draft_vocab, target.config.vocab_size)
-        target_ids, _, _ = eagle3_training.draft_vocabulary(ranking, size, target.config.vocab_size)
+        target_ids = Eagle3Recipe.vocabulary(args, target, loaded, sequences)
         head = eagle3_training.new_eagle3_head(target, target_ids, seed=args.seed)
+        if args.init is not None:
+            _start_from(head, args.init, lambda: load_eagle3_head(args.init, target, torch.float32, prepack=False))
         step_fn = lambda batch: eagle3_training.ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
         batch_of = eagle3_training.make_cached_batch if args.features == "cached" else eagle3_training.make_batch
 
@@ -128,11 +129,26 @@ class Eagle3Recipe:
         )
 
     @staticmethod
+    def vocabulary(args, target, loaded, sequences) -> torch.Tensor:
+        """The draft vocabulary's target ids [draft_vocab]: the --init head's own (its lm_head rows are those
+        tokens), else the most frequent tokens of the training data."""
+        if args.init is not None:
+            if not (args.init / "config.json").exists():
+                raise ValueError(f"--init {args.init}: no trained drafter there (config.json missing)")
+            d2t = load_eagle3_head(args.init, target, torch.float32, prepack=False).d2t
+            return d2t + torch.arange(len(d2t))
+        ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
+        size = min(args.draft_vocab, target.config.vocab_size)
+        return eagle3_training.draft_vocabulary(ranking, size, target.config.vocab_size)[0]
+
+    @staticmethod
     def summary(head, args) -> list[str]:
         n = sum(p.numel() for p in head.parameters())
         return [
             f"An EAGLE-3 head (one decoder layer fed three target layers' hidden states; {n / 1e6:.2f}M parameters, "
-            f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens, bf16 "
+            f"a {head.lm_head.weight.shape[0]}-token draft vocabulary of the most frequent training tokens"
+            + (" (those of the head it started from)" if args.init is not None else "")
+            + ", bf16 "
             "safetensors in the published layout), trained by `speculab train eagle3` with the training-time test: "
             f"{args.ttt_steps} unrolled steps, soft cross-entropy to the target over the draft vocabulary weighted 0.8^k, "
             + ("at every position" if args.train_on == "all" else "at the positions of the target's answers only")

@@ -174,14 +174,16 @@ def test_prompt_seeds_read_every_seeds_folder(target_and_data, tmp_path, capsys)
     assert "data-seed1 holds data made with other settings" in capsys.readouterr().err  # reported like any CLI error
 
 
-@pytest.mark.parametrize("kind", ["eagle", "draft"])
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "draft"])
 def test_init_starts_from_a_trained_drafter(target_and_data, tmp_path, capsys, kind):
     target, data = target_and_data
     first = tmp_path / "first"
-    assert main(_train_args(kind, target, data, first)) == 0
+    # an EAGLE-3 head keeps the --init head's draft vocabulary, whatever --draft-vocab says
+    vocab = ["--draft-vocab", "40", "--ttt-steps", "2"] if kind == "eagle3" else []
+    assert main(_train_args(kind, target, data, first, "4", *vocab)) == 0
     # one step at learning rate 0 changes nothing: the saved weights are the starting ones, bit for bit
     second = tmp_path / "second"
-    assert main(_train_args(kind, target, data, second, "1", "--lr", "0", "--init", str(first))) == 0
+    assert main(_train_args(kind, target, data, second, "1", "--lr", "0", "--init", str(first), *vocab[2:])) == 0
     a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     manifest = json.loads((second / "manifest.json").read_text())
