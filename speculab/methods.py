@@ -108,9 +108,12 @@ def _draft_options(p: dict, loaded) -> dict:
 def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
     def build(p: dict, loaded) -> dict:
 
-        loader = {"eagle": e2.load_eagle_head, "eagle3": e3.load_eagle3_head}[loader_name]
         folder = _existing(p["eagle"], "eagle")
-        head = loader(folder, loaded.model)
+        reduced = reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
+        if loader_name == "eagle3":  # its own vocabulary is cut as it loads
+            head, reduced = e3.load_eagle3_head(folder, loaded.model, draft_vocab=reduced.get("draft_vocab")), {}
+        else:
+            head = e2.load_eagle_head(folder, loaded.model)
         options = {
             "head": head,
             "target": loaded.model,
@@ -118,7 +121,7 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
             "topk": p["topk"],
             "num_draft_tokens": p["num_draft_tokens"],
         }
-        return options | reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
+        return options | reduced
 
     return build
 
@@ -129,7 +132,7 @@ def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
 
     size = params.get("draft_vocab")
     if size == "auto":
-        return AUTO_DRAFT_VOCAB[method] if (Path(folder) / RANKING_FILE).exists() else None
+        return AUTO_DRAFT_VOCAB.get(method) if (Path(folder) / RANKING_FILE).exists() else None
     return size
 
 
@@ -196,7 +199,7 @@ METHODS: dict[str, Method] = {
     # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
     "eagle3": Method(
         proposer=Eagle3Proposer,
-        defaults={**EAGLE_TREE, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
+        defaults={**EAGLE_TREE, "draft_vocab": None, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
         build=_eagle_options("eagle3"),
         drafter="eagle",
         memory_kind="eagle3",

@@ -67,3 +67,21 @@ def test_a_commands_policy_reaches_every_speculative_method_that_names_none(tmp_
     assert with_policy(parse_method("draft"), "off") == parse_method("draft") == parse_method("draft:policy=off")
     with pytest.raises(ValueError, match="missing.json"):
         with_policy(parse_method("draft"), str(tmp_path / "missing.json"))
+
+
+def test_eagle3_draft_vocab_cuts_the_heads_own_vocabulary(tmp_path):
+    import torch
+    from transformers import AutoConfig
+
+    from speculab.methods import proposer_options
+    from speculab.models.draft_vocab import save_ranking
+    from speculab.runtime import load
+    from tests.helpers import save_tiny_checkpoint, write_eagle3_head
+
+    path = save_tiny_checkpoint(tmp_path / "target", seed=1)
+    loaded = load(path, "float32", "cpu")
+    head = write_eagle3_head(tmp_path / "head", AutoConfig.from_pretrained(path), draft_vocab=64)  # ids 0, 2, ..., 126
+    save_ranking(head, torch.tensor([6, 5, 4, 2, 0, 1]), torch.tensor([9, 8, 7, 6, 5, 4]))
+    cut = proposer_options(parse_method(f"eagle3:eagle={head},draft_vocab=4"), loaded)["head"]
+    assert sorted(cut.map_tokens(torch.arange(len(cut.d2t))).tolist()) == [2, 4, 6]  # 5, among the first 4, is not its
+    assert len(proposer_options(parse_method(f"eagle3:eagle={head}"), loaded)["head"].d2t) == 64  # by default every row

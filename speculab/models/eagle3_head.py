@@ -10,7 +10,8 @@ it (the hidden states entering layers 2, N//2 and N-3), and one step:
 ``x = cat(input_layernorm(embed(token)), hidden_norm(h))``, attention with
 ``h`` as the residual, the MLP residual, then ``lm_head(norm(h'))``. The
 pre-norm ``h'`` feeds the next step; fc applies only to the target's 3H-wide
-features.
+features. Loading may cut the head's vocabulary to the rows of given tokens
+(``draft_vocab``: the most frequent ones), a cheaper step.
 
 Does not know: tree growth (shared with EAGLE-2 in ``speculative/eagle.py``).
 """
@@ -85,12 +86,21 @@ class Eagle3Head(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype | None = None, prepack: bool = True) -> Eagle3Head:
-    """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target."""
+def load_eagle3_head(
+    folder: str | Path,
+    target: Transformer,
+    dtype: torch.dtype | None = None,
+    prepack: bool = True,
+    draft_vocab: Tensor | None = None,
+) -> Eagle3Head:
+    """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target.
+
+    ``draft_vocab``: [n] target token ids (FR-Spec: the most frequent ones): the head keeps only the rows of its
+    own vocabulary for those tokens, a cheaper draft step (its lm_head is most of it). None: all its rows."""
     folder = Path(folder)
     raw, config, config_path = read_head_config(folder)
     target_hidden = raw.get("target_hidden_size") or target.config.hidden_size
-    draft_vocab = raw.get("draft_vocab_size") or config.vocab_size
+    rows = raw.get("draft_vocab_size") or config.vocab_size
     if config.vocab_size != target.config.vocab_size or target_hidden != target.config.hidden_size:
         raise CheckpointError(
             f"{config_path}: head expects vocab {config.vocab_size} / target hidden {target_hidden}, "
@@ -102,8 +112,8 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
     shapes = {
         "fc.weight": (h, 3 * target_hidden),
         "norm.weight": (h,),
-        "lm_head.weight": (draft_vocab, h),
-        "d2t": (draft_vocab,),
+        "lm_head.weight": (rows, h),
+        "d2t": (rows,),
         "t2d": (config.vocab_size,),
         m + "hidden_norm.weight": (h,),
         m + "input_layernorm.weight": (h,),
@@ -132,14 +142,25 @@ def load_eagle3_head(folder: str | Path, target: Transformer, dtype: torch.dtype
         "mlp.gate_up_proj.weight": torch.cat([w[m + "mlp.gate_proj.weight"], w[m + "mlp.up_proj.weight"]]),
         "mlp.down_proj.weight": w[m + "mlp.down_proj.weight"],
     }
+    if draft_vocab is not None:
+        state = _keep_rows(state, draft_vocab, folder)
     with torch.device("meta"):
-        head = Eagle3Head(config, target_hidden, draft_vocab)
+        head = Eagle3Head(config, target_hidden, state["d2t"].numel())
     head.load_state_dict(state, assign=True, strict=True)
     head.inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)
-    mapped = head.map_tokens(torch.arange(draft_vocab))
+    mapped = head.map_tokens(torch.arange(len(head.d2t)))
     if int(mapped.min()) < 0 or int(mapped.max()) >= config.vocab_size:
         raise CheckpointError(f"{folder}: d2t maps draft tokens outside the target vocabulary")
     head = head.to(target.norm.weight.device).eval().requires_grad_(False)
     if prepack:  # inference only: the packed linears have no .weight to train or inspect
         prepack_linears(head, native_kernels_for(head))  # like the target's linears (models/linear.py)
     return head
+
+
+def _keep_rows(state: dict[str, Tensor], kept: Tensor, folder: Path) -> dict[str, Tensor]:
+    """``state`` with only the draft-vocabulary rows whose target tokens are in ``kept`` [n]; d2t renumbered."""
+    own = state["d2t"] + torch.arange(len(state["d2t"]))
+    rows = torch.isin(own, kept.to(own.device)).nonzero().flatten()
+    if rows.numel() == 0:
+        raise ValueError(f"{folder}: draft_vocab keeps none of the head's {len(own)} tokens")
+    return state | {"lm_head.weight": state["lm_head.weight"][rows], "d2t": own[rows] - torch.arange(len(rows))}

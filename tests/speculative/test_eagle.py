@@ -128,6 +128,32 @@ def test_eagle3_greedy_identical_to_baseline(tmp_path, batch):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
+def test_eagle3_reduced_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tmp_path, batch):
+    from speculab.models.eagle3_head import load_eagle3_head
+
+    hf = tiny_hf_model("llama", seed=4, num_hidden_layers=6)
+    target = speculab_from_hf(hf)
+    folder = write_eagle3_head(tmp_path, hf.config, draft_vocab=64)  # target ids 0, 2, ..., 126
+    full = load_eagle3_head(folder, target, prepack=False)
+    kept = torch.tensor([126, 4, 2, 200, 3, 60, 10, 90, 0])  # 200 and 3 are not the head's: 7 rows stay
+    head = load_eagle3_head(folder, target, draft_vocab=kept)
+    assert sorted(head.map_tokens(torch.arange(len(head.d2t))).tolist()) == [0, 2, 4, 10, 60, 90, 126]
+    hidden = torch.randn(2, 3, target.config.hidden_size)
+    torch.testing.assert_close(head.logits(target, hidden), full.logits(target, hidden)[..., [0, 1, 2, 5, 30, 45, 63]])
+    prompts = prompts_of([3 + (7 * i) % 11 for i in range(batch)], seed=batch)
+    base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
+    proposer = make_proposer("eagle3", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8)
+    drafted: list[int] = []
+    propose = proposer.propose
+    proposer.propose = lambda state: [drafted.extend(d.tokens.tolist()) or d for d in propose(state)]
+    spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
+    assert [r.output_ids for r in spec] == [r.output_ids for r in base]
+    assert drafted and set(drafted) <= set(kept.tolist())
+    with pytest.raises(ValueError, match="keeps none of the head's 64 tokens"):
+        load_eagle3_head(folder, target, draft_vocab=torch.tensor([1, 3, 5]))
+
+
+@pytest.mark.parametrize("batch", [1, 3])
 def test_static_tree_greedy_identical_and_shaped(tmp_path, hf_target, target, batch):
     from speculab.speculative.eagle import STATIC_TREES
 
