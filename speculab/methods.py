@@ -127,12 +127,12 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
 
 
 def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
-    """Tokens an EAGLE-1/2 head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where
-    the drafter ships a token ranking and the whole vocabulary (None) elsewhere."""
+    """Tokens an EAGLE head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where the
+    drafter ships a token ranking and the whole vocabulary (an EAGLE-3 head's own; None) elsewhere."""
 
     size = params.get("draft_vocab")
     if size == "auto":
-        return AUTO_DRAFT_VOCAB.get(method) if (Path(folder) / RANKING_FILE).exists() else None
+        return AUTO_DRAFT_VOCAB[method] if (Path(folder) / RANKING_FILE).exists() else None
     return size
 
 
@@ -147,8 +147,9 @@ def _existing(path: str | Path, key: str) -> Path:
 
 
 # draft_vocab=auto, tokens kept: an EAGLE head's 4,096 cover 94% of the workload's baseline output tokens
-# (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%).
-AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192}
+# (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%); an EAGLE-3 head's
+# 4,096 of its own 8,192 drafted as well and faster at batch 1 ("The EAGLE-3 head").
+AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192, "eagle3": 4096}
 BUDGET = "batch_budget"  # EAGLE's: about this many draft nodes a step, shared by the batch
 LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size
 POLICY = "policy"  # every speculative method's: a policy file or auto capping each request's draft (speculative/policy.py)
@@ -199,7 +200,7 @@ METHODS: dict[str, Method] = {
     # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
     "eagle3": Method(
         proposer=Eagle3Proposer,
-        defaults={**EAGLE_TREE, "draft_vocab": None, LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
+        defaults={**EAGLE_TREE, "draft_vocab": "auto", LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
         build=_eagle_options("eagle3"),
         drafter="eagle",
         memory_kind="eagle3",

@@ -84,4 +84,8 @@ def test_eagle3_draft_vocab_cuts_the_heads_own_vocabulary(tmp_path):
     save_ranking(head, torch.tensor([6, 5, 4, 2, 0, 1]), torch.tensor([9, 8, 7, 6, 5, 4]))
     cut = proposer_options(parse_method(f"eagle3:eagle={head},draft_vocab=4"), loaded)["head"]
     assert sorted(cut.map_tokens(torch.arange(len(cut.d2t))).tolist()) == [2, 4, 6]  # 5, among the first 4, is not its
-    assert len(proposer_options(parse_method(f"eagle3:eagle={head}"), loaded)["head"].d2t) == 64  # by default every row
+    auto = proposer_options(parse_method(f"eagle3:eagle={head}"), loaded)["head"]  # the ranking's first 4,096
+    assert sorted(auto.map_tokens(torch.arange(len(auto.d2t))).tolist()) == [0, 2, 4, 6]
+    assert len(proposer_options(parse_method(f"eagle3:eagle={head},draft_vocab=none"), loaded)["head"].d2t) == 64
+    (head / "draft_vocab.safetensors").unlink()  # auto without a ranking: every row
+    assert len(proposer_options(parse_method(f"eagle3:eagle={head}"), loaded)["head"].d2t) == 64

@@ -158,6 +158,9 @@ def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, bud
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
         options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-    if kind in AUTO_DRAFT_VOCAB and (size := draft_vocab_size(kind, spec.params, path)) is not None:
+    size = draft_vocab_size(kind, spec.params, path) if kind in AUTO_DRAFT_VOCAB else None
+    if kind == "eagle3" and size is not None:  # the head's own rows, cut as it loads (at most that many)
+        options = {"draft_vocab": min(size, options.get("draft_vocab", size))}
+    elif size is not None:
         options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
     return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, kv_dtype_bytes=kv_bytes, **options)

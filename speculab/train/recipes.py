@@ -115,7 +115,7 @@ class Eagle3Recipe:
         step_fn = lambda batch: eagle3_training.ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
         batch_of = eagle3_training.make_cached_batch if args.features == "cached" else eagle3_training.make_batch
 
-        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
+        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
         return Recipe(
             head,
             step_fn,
@@ -126,6 +126,7 @@ class Eagle3Recipe:
             lambda m, out: eagle3_training.save_eagle3_head(m, raw, out),
             load_for_eval,
             ("loss", "top1", "top1_step1", "top1_step2"),
+            writes_ranking=True,
         )
 
     @staticmethod
@@ -159,6 +160,8 @@ class Eagle3Recipe:
                 else "; the target run in every step (online training)."
             ),
             "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
+            "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
+            "share of the sources): `draft_vocab=auto` (the default) keeps the head's rows of the 4,096 most frequent.",
         ]
 
 

@@ -79,3 +79,12 @@ def test_bad_flags_are_refused_by_name(capsys, args, said):
 def test_a_missing_config_is_a_clear_error(capsys, tmp_path):
     assert main(["plan", "--model", str(tmp_path)]) == 2
     assert "no config.json there" in capsys.readouterr().err
+
+
+def test_an_eagle3_heads_cut_vocabulary_is_what_its_estimate_weighs():
+    target, budget = CONFIGS["smollm2-135m"], 24 * GiB
+    whole = memory_estimate(parse_method("eagle3:draft_vocab=none"), target, 4, budget)
+    cut = memory_estimate(parse_method("eagle3:draft_vocab=4096"), target, 4, budget)
+    assert whole["drafter_parameters"] - cut["drafter_parameters"] == (8192 - 4096) * target.hidden_size
+    wider = memory_estimate(parse_method("eagle3:draft_vocab=20000"), target, 4, budget)
+    assert wider["drafter_parameters"] == whole["drafter_parameters"]  # no more rows than the head has

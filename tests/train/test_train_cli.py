@@ -181,6 +181,8 @@ def test_init_starts_from_a_trained_drafter(target_and_data, tmp_path, capsys, k
     # an EAGLE-3 head keeps the --init head's draft vocabulary, whatever --draft-vocab says
     vocab = ["--draft-vocab", "40", "--ttt-steps", "2"] if kind == "eagle3" else []
     assert main(_train_args(kind, target, data, first, "4", *vocab)) == 0
+    # both EAGLE heads ship a token ranking for draft_vocab; this draft model's loss covers the whole vocabulary
+    assert (first / "draft_vocab.safetensors").exists() == (kind != "draft")
     # one step at learning rate 0 changes nothing: the saved weights are the starting ones, bit for bit
     second = tmp_path / "second"
     assert main(_train_args(kind, target, data, second, "1", "--lr", "0", "--init", str(first), *vocab[2:])) == 0
