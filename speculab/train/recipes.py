@@ -35,11 +35,16 @@ class Recipe:
     writes_ranking: bool = False  # a token ranking (draft_vocab.safetensors) ships beside it, for draft_vocab=N
 
 
-def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
-    """Copy a trained drafter's weights into the freshly built ``model`` (same architecture and sizes)."""
+def _trained(folder: Path, load) -> torch.nn.Module:
+    """The trained drafter ``load()`` reads from ``folder`` (--init), or a clear error when there is none."""
     if not (folder / "config.json").exists():
         raise ValueError(f"--init {folder}: no trained drafter there (config.json missing)")
-    state = load().state_dict()
+    return load()
+
+
+def _start_from(model: torch.nn.Module, folder: Path, load) -> None:
+    """Copy a trained drafter's weights into the freshly built ``model`` (same architecture and sizes)."""
+    state = _trained(folder, load).state_dict()
     mine = model.state_dict()
     for name, value in mine.items():
         if name not in state:
@@ -108,10 +113,13 @@ class Eagle3Recipe:
     @staticmethod
     def setup(args, target, loaded, sequences):
         raw = json.loads((loaded.path / "config.json").read_text())
-        target_ids = Eagle3Recipe.vocabulary(args, target, loaded, sequences)
-        head = eagle3_training.new_eagle3_head(target, target_ids, seed=args.seed)
+        init = None
         if args.init is not None:
-            _start_from(head, args.init, lambda: load_eagle3_head(args.init, target, torch.float32, prepack=False))
+            init = _trained(args.init, lambda: load_eagle3_head(args.init, target, torch.float32, prepack=False))
+        target_ids = Eagle3Recipe.vocabulary(args, target, loaded, sequences, init)
+        head = eagle3_training.new_eagle3_head(target, target_ids, seed=args.seed)
+        if init is not None:
+            _start_from(head, args.init, lambda: init)
         step_fn = lambda batch: eagle3_training.ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
         batch_of = eagle3_training.make_cached_batch if args.features == "cached" else eagle3_training.make_batch
 
@@ -130,14 +138,11 @@ class Eagle3Recipe:
         )
 
     @staticmethod
-    def vocabulary(args, target, loaded, sequences) -> torch.Tensor:
-        """The draft vocabulary's target ids [draft_vocab]: the --init head's own (its lm_head rows are those
-        tokens), else the most frequent tokens of the training data."""
-        if args.init is not None:
-            if not (args.init / "config.json").exists():
-                raise ValueError(f"--init {args.init}: no trained drafter there (config.json missing)")
-            d2t = load_eagle3_head(args.init, target, torch.float32, prepack=False).d2t
-            return d2t + torch.arange(len(d2t))
+    def vocabulary(args, target, loaded, sequences, init) -> torch.Tensor:
+        """The draft vocabulary's target ids [draft_vocab]: the --init head's own (``init``: its lm_head rows are
+        those tokens), else the most frequent tokens of the training data."""
+        if init is not None:
+            return init.d2t + torch.arange(len(init.d2t))
         ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
         size = min(args.draft_vocab, target.config.vocab_size)
         return eagle3_training.draft_vocabulary(ranking, size, target.config.vocab_size)[0]
