@@ -110,8 +110,8 @@ def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
 
         folder = _existing(p["eagle"], "eagle")
         reduced = reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
-        if loader_name == "eagle3":  # its own vocabulary is cut as it loads
-            head, reduced = e3.load_eagle3_head(folder, loaded.model, draft_vocab=reduced.get("draft_vocab")), {}
+        if loader_name == "eagle3":  # its own vocabulary is cut as it loads: the proposer gets no draft_vocab
+            head, reduced = e3.load_eagle3_head(folder, loaded.model, **reduced), {}
         else:
             head = e2.load_eagle_head(folder, loaded.model)
         options = {

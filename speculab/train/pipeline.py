@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -91,12 +92,13 @@ def _earlier_commands(out: Path) -> list[str]:
     return manifest.get("commands") or [manifest["command"]]
 
 
-def _write_ranking(out: Path, loaded, sequences: list[dict], command: list[str], source_chars: int) -> dict:
-    """The token ranking for reduced draft vocabularies, beside the head; a shipped manifest is kept current."""
+def _write_ranking(out: Path, ranking: tuple[torch.Tensor, torch.Tensor], command: list[str]) -> dict:
+    """The token ranking (ids [n], counts [n]: ``rank_tokens``) beside the head, for reduced draft vocabularies;
+    a shipped manifest is kept current."""
 
     if not (out / "config.json").exists():
         raise ValueError(f"{out}: no head there (config.json missing)")
-    ids, counts = rank_tokens(loaded.tokenizer, sequences, source_chars)
+    ids, counts = ranking
     path = save_ranking(out, ids, counts)
     record = {"file": path.name, "distinct_tokens": ids.numel(), "counted_tokens": int(counts.sum())}
     manifest_path = out / "manifest.json"
@@ -130,7 +132,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_vocab(args: argparse.Namespace) -> int:
     command, loaded = _setup(args)
     sequences, _, _ = _data(args, loaded)
-    print(json.dumps(_write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)))
+    ranking = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
+    print(json.dumps(_write_ranking(args.out, ranking, command)))
     return 0
 
 
@@ -170,11 +173,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
     trainer = RECIPES[args.kind]
-    run = TrainRun(args, command, loaded, trainer, trainer.setup(args, target, loaded, sequences), data, started)
+    # counted once a run, if at all: a recipe's draft vocabulary and the ranking written beside it are the same
+    ranking = functools.cache(lambda: rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars))
+    run = TrainRun(args, command, loaded, trainer, trainer.setup(args, target, loaded, ranking), data, started)
     result, history = _train(run, items)
     if run.recipe.writes_ranking:
         # the ranking a reduced draft vocabulary reads (--draft-vocab N, draft_vocab=auto in speculab bench)
-        _write_ranking(args.out, loaded, sequences, command, args.ranking_source_chars)
+        _write_ranking(args.out, ranking(), command)
     if args.eval_prompts > 0:
         proposer = run.recipe.load_for_eval(args.out, loaded)
         acceptance = measure_acceptance(loaded, proposer, _eval_prompts(args, loaded, sequences), args.eval_tokens)

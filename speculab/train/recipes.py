@@ -3,7 +3,8 @@
 Knows: how an EAGLE-1/2 head, an EAGLE-3 head and a draft model are built (optionally from a
 trained drafter's weights), which loss each trains with, how each is saved and evaluated
 (through ``speculab.methods``, like every other command), and its model card's summary.
-Does not know: the data or the loop (``pipeline.py``, ``loop.py``).
+Does not know: the data or the loop (``pipeline.py``, ``loop.py``); the pipeline hands each ``setup`` the data's
+token ranking as ``ranking()`` (ids [n], counts [n]), counted once a run for the recipe and the file beside it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import torch
 import speculab.train.draft as draft_training
 import speculab.train.eagle as eagle_training
 import speculab.train.eagle3 as eagle3_training
-from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
+from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, new_proposer, parse_method, proposer_options
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
-from speculab.train.vocab import rank_tokens
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class EagleRecipe:
     TITLE = "EAGLE-2 head for {target}"
 
     @staticmethod
-    def setup(args, target, loaded, sequences):
+    def setup(args, target, loaded, ranking):
         raw = json.loads((loaded.path / "config.json").read_text())
         head = eagle_training.new_head(target, seed=args.seed)
         if args.init is not None:
@@ -111,12 +111,12 @@ class Eagle3Recipe:
     TITLE = "EAGLE-3 head for {target}"
 
     @staticmethod
-    def setup(args, target, loaded, sequences):
+    def setup(args, target, loaded, ranking):
         raw = json.loads((loaded.path / "config.json").read_text())
         init = None
         if args.init is not None:
             init = _trained(args.init, lambda: load_eagle3_head(args.init, target, torch.float32, prepack=False))
-        target_ids = Eagle3Recipe.vocabulary(args, target, loaded, sequences, init)
+        target_ids = Eagle3Recipe.vocabulary(args, target, ranking, init)
         head = eagle3_training.new_eagle3_head(target, target_ids, seed=args.seed)
         if init is not None:
             _start_from(head, args.init, lambda: init)
@@ -138,14 +138,13 @@ class Eagle3Recipe:
         )
 
     @staticmethod
-    def vocabulary(args, target, loaded, sequences, init) -> torch.Tensor:
+    def vocabulary(args, target, ranking, init) -> torch.Tensor:
         """The draft vocabulary's target ids [draft_vocab]: the --init head's own (``init``: its lm_head rows are
-        those tokens), else the most frequent tokens of the training data."""
+        those tokens), else the most frequent tokens of the training data (``ranking()``)."""
         if init is not None:
             return init.d2t + torch.arange(len(init.d2t))
-        ranking, _ = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)
         size = min(args.draft_vocab, target.config.vocab_size)
-        return eagle3_training.draft_vocabulary(ranking, size, target.config.vocab_size)[0]
+        return eagle3_training.draft_vocabulary(ranking()[0], size, target.config.vocab_size)[0]
 
     @staticmethod
     def summary(head, args) -> list[str]:
@@ -166,7 +165,8 @@ class Eagle3Recipe:
             ),
             "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
             "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
-            "share of the sources): `draft_vocab=auto` (the default) keeps the head's rows of the 4,096 most frequent.",
+            f"share of the sources): `draft_vocab=auto` (the default) keeps the head's rows of the "
+            f"{AUTO_DRAFT_VOCAB['eagle3']:,} most frequent.",
         ]
 
 
@@ -174,7 +174,7 @@ class DraftRecipe:
     TITLE = "Draft model for {target}"
 
     @staticmethod
-    def setup(args, target, loaded, sequences):
+    def setup(args, target, loaded, ranking):
         raw = json.loads((loaded.path / "config.json").read_text())
         draft = draft_training.new_draft(
             raw, target.embed_tokens.weight, args.hidden_size, args.layers, args.intermediate_size, seed=args.seed
@@ -184,7 +184,7 @@ class DraftRecipe:
         vocab_size = target.config.vocab_size
         rows_of_step = lambda: None  # noqa: E731  the whole vocabulary
         if DraftRecipe.reduced(args, vocab_size):
-            kept = rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars)[0][: args.draft_vocab]
+            kept = ranking()[0][: args.draft_vocab]
             generator = torch.Generator().manual_seed(args.seed)
             rows_of_step = lambda: draft_training.loss_rows(kept, vocab_size, args.negatives, generator)  # noqa: E731
         step_fn = lambda batch: draft_training.draft_loss(draft, target, batch, rows_of_step())  # noqa: E731
