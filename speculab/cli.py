@@ -10,11 +10,11 @@ stdout line is one JSON object.
 ``speculab launch vllm|sglang`` / ``speculab export``: real engines with speculab's methods (``speculab.launch``).
 ``speculab train eagle|draft``: train a drafter for a target (``speculab.train``).
 ``speculab plan``: memory and KV capacity per rank of a serving setup, from config.json files (``speculab.models.memory_plan``).
-``speculab tune``: a method's costs measured here and its draft cap per batch size, for ``--policy auto`` (``speculab.tune``).
+``speculab tune``: a method's costs measured here and its draft budget per batch size, for ``--policy auto`` (``speculab.tune``).
 
 Each command's modules are imported inside the function that runs it (here and in each package's ``cli.py``,
 the only such imports in speculab): one command does not pay at start-up for the others' stacks (the server's
-FastAPI and uvicorn, the trainer, the launched engines' plans, matplotlib).
+FastAPI and uvicorn, the trainer, the launched engines' commands, matplotlib).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         seed=args.seed,
         ignore_eos=args.ignore_eos,
-        verify=args.sampling_verify,
+        sampling_verify=args.sampling_verify,
     )
     spec = method_spec(args)
     options = proposer_options(spec, loaded)
@@ -177,12 +177,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from speculab.methods import add_policy_flag  # with sampling's flag, what the parser needs beyond runtime
+def _add_generate_parser(sub) -> None:
+    from speculab.policy.table import add_policy_flag  # with sampling's flag, what the parser needs beyond runtime
     from speculab.sampling import add_sampling_verify_flag
-
-    parser = argparse.ArgumentParser(prog="speculab", description="Speculative decoding, measured.")
-    sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="decode one prompt")
     g.add_argument("--prompt", required=True)
@@ -220,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(g)
     g.set_defaults(func=cmd_generate)
 
+
+def _add_compare_parser(sub) -> None:
     c = sub.add_parser("compare", help="benchmark speculab's baseline against a peer on the same model and prompt")
     c.add_argument("peer", choices=["transformers", "llama.cpp", "eagle-reference"])
     c.add_argument("--batch-size", type=int, default=1)
@@ -251,6 +250,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(c)
     c.set_defaults(func=cmd_compare)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="speculab", description="Speculative decoding, measured.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate_parser(sub)
+    _add_compare_parser(sub)
+
     from speculab.bench.cli import add_bench_parsers
     from speculab.launch.cli import add_launch_parsers
     from speculab.models.memory_plan import add_plan_parser
@@ -259,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     from speculab.tune.cli import add_tune_parser
     from speculab.tune.run import tune_with_defaults
 
-    add_bench_parsers(sub, tuner=tune_with_defaults)  # the benchmark's adaptive rows tune with it (bench/adaptive.py)
+    add_bench_parsers(sub, tuner=tune_with_defaults)  # the benchmark's auto rows tune with it (bench/auto_policy.py)
     add_serve_parser(sub)
     add_launch_parsers(sub)
     add_train_parser(sub)

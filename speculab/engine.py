@@ -35,7 +35,7 @@ from speculab.request import Request, TokenEvent
 from speculab.sampling import SamplingParams, random_seed, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
-from speculab.speculative.verify import verify_coupled, verify_greedy, verify_sampled
+from speculab.speculative.verify import verify_by_rejection, verify_coupled, verify_greedy
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
 
@@ -250,7 +250,7 @@ class Engine:
             verdict = verify_coupled(tree, sampling_probs(logits[:n], r.params), r.noise.at(positions))
             r.noise.forget_before(len(r.output_ids))
         else:
-            verdict = verify_sampled(tree, sampling_probs(logits[:n], r.params), r.generator)
+            verdict = verify_by_rejection(tree, sampling_probs(logits[:n], r.params), r.generator)
         start = self.cache.lengths[r.slot]
         self.cache.compact(r.slot, torch.tensor(verdict.accepted, device=self.device) + start, start)
         last_has_children = bool(tree.children()[verdict.accepted[-1]])
@@ -300,7 +300,7 @@ class Engine:
         tokens: list[int],
         chosen_from: torch.Tensor | None = None,  # [len(tokens), vocab] the logits each token was chosen from
     ) -> TokenEvent:
-        """Append tokens up to the first stop token or the token budget, and mark the request finished."""
+        """Append tokens up to the first stop token or its max_tokens, and mark the request finished."""
         kept: list[int] = []
         now = self.clock()
         for token in tokens:

@@ -1,39 +1,36 @@
-"""Decoding methods: ``name[:key=value,...]`` specs, their one set of defaults, and their drafters.
+"""Decoding methods: the one table of everything method-specific, ``name[:key=value,...]`` specs, and their proposers.
 
-The one place where a method's settings live: ``speculab generate``, ``speculab bench``,
-``speculab serve`` and the trainers' evaluations all build their proposers from a
-:class:`MethodSpec` parsed here, so a label in BENCHMARKS.md names exactly what any
-command runs.
+The one place where a method lives: ``speculab generate``, ``bench``, ``serve``, ``tune``, ``launch``, ``export``,
+``compare`` and ``train`` all read a method's entry in ``METHODS`` and build its proposer from a :class:`MethodSpec`
+parsed here, so a label in BENCHMARKS.md names exactly what any command runs. An entry says: the proposer class, every
+parameter with its default, how its drafter is loaded, its memory kind, how its draft becomes a chain (for engines that
+verify chains), its names and settings on vLLM and SGLang (``method_engines.py``), llama.cpp's name for the same
+speculation, and its training recipe. Nothing else in speculab keeps a table keyed by method name; adding a method is
+one entry here (its proposer's file in ``speculative/`` aside).
 
-Knows: each method's proposer class, parameters and defaults (the shipped drafters of the
-embedded model are the default ``draft``, ``eagle`` and ``eagle3`` checkpoints), how to
-parse a spec from the command line, how to load its drafter and build its proposer, and
-which drafter kind its memory estimate needs. Adding a method is one entry in ``METHODS``
-(its proposer's file in ``speculative/`` aside); nothing branches on names. The fixed-tree
-EAGLE proposer (``speculative.eagle.StaticTreeEagleProposer``) is a Python-API option, built
-by its class, not a method: it has no defaults to keep here and no engine to launch it on.
+Every speculative method takes ``policy`` (``speculab/policy/``): a named policy, a file, ``auto`` or ``off``.
 
-Does not know: timing, HTTP, or memory arithmetic (``models/memory.py``).
+Knows: the entries, spec parsing and defaults, a spec's policy. Does not know: timing, HTTP, engines' flags by version
+(``launch/``), memory arithmetic (``models/memory.py``) or training (``train/``, which ``recipe`` names lazily: the
+trainer is built on this table, so the table may not import it). The fixed-tree EAGLE proposer is a Python-API option.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import speculab.models.eagle3_head as e3
-import speculab.models.eagle_head as e2
-from speculab.models.draft_vocab import RANKING_FILE, load_token_ranking
-from speculab.models.loading import load_model
-from speculab.models.tokenizer import Tokenizer
-from speculab.runtime import DTYPES
+from speculab.drafters import draft_model_options, draft_vocab_size, eagle_options
+from speculab.method_engines import Layout, OnSglang, OnVllm, VersionGap
+from speculab.policy.store import tuned_policy
+from speculab.policy.table import AUTO, OFF, SpeculationPolicy, named_policy, read_policy
 from speculab.speculative.draft_model import DraftModelProposer
 from speculab.speculative.eagle import Eagle3Proposer, EagleProposer
 from speculab.speculative.ngram import NgramProposer
-from speculab.speculative.policy import AUTO, PolicyProposer, SpeculationPolicy
-from speculab.speculative.policy_store import tuned_policy
+from speculab.speculative.policy_proposer import PolicyProposer
 from speculab.speculative.proposer import Proposer
 from speculab.speculative.suffix import SuffixProposer
 
@@ -41,130 +38,70 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_DRAFT = ASSETS / "smollm2-135m-draft"
 DEFAULT_EAGLE = ASSETS / "smollm2-135m-eagle"
 DEFAULT_EAGLE3 = ASSETS / "smollm2-135m-eagle3"
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    name: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """``name(key=value,...)``, and ``@folder`` when the drafter is not the default one: two different
-        settings never share a label."""
-        shown = [f"{k}={v}" for k, v in self.params.items() if k not in ("draft", "eagle") and v is not None]
-        label = f"{self.name}({','.join(shown)})" if shown else self.name
-        key = METHODS[self.name].drafter if self.name in METHODS else None
-        if key and self.params.get(key) not in (None, METHODS[self.name].defaults.get(key)):
-            label += f"@{Path(self.params[key]).name}"
-        return label
-
-    @property
-    def text(self) -> str:
-        """The spec as ``--method`` takes it (``name:key=value,...``: what differs from the defaults), its policy left out."""
-        defaults = METHODS[self.name].defaults if self.name in METHODS else {}
-        shown = [f"{k}={'none' if v is None else v}" for k, v in self.params.items() if k != POLICY and v != defaults.get(k)]
-        return f"{self.name}:{','.join(shown)}" if shown else self.name
-
-
-def _as_given(params: dict, loaded) -> dict:
-    return dict(params)
+POLICY = "policy"  # every speculative method's: its speculation policy (speculab/policy/table.py)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Method:
-    proposer: Callable[..., Proposer]  # its class, whose ``name`` is the method's
+    proposer: type[Proposer]  # its class, whose ``name`` is the method's
     defaults: dict[str, Any] = field(default_factory=dict)  # every parameter the spec takes, with its default
-    build: Callable[[dict, Any], dict] = _as_given  # (params, loaded target) -> the proposer's options
+    build: Callable[[dict, Any, int | None], dict] | None = None  # (params, loaded target, auto draft vocab) -> options
     drafter: str | None = None  # the params key naming the drafter's folder
-    memory_kind: str | None = None  # drafter kind for bench.memory.estimate
+    memory_kind: str | None = None  # drafter kind for models.memory.estimate
+    auto_draft_vocab: int | None = None  # draft_vocab=auto: tokens kept where the drafter ships a token ranking
+    chain: str | None = None  # the parameter that is its chain's length (for a tree: its depth, num_steps)
+    tree: bool = False  # drafts trees (topk, num_draft_tokens): engines that verify chains run num_steps as a chain
+    vllm: OnVllm | None = None
+    sglang: OnSglang | None = None
+    sglang_missing: str = ""  # why SGLang cannot run it, where it cannot
+    llama_cpp: str | None = None  # llama-server's --spec-type for the same speculation (speculab compare llama.cpp)
+    recipe: str | None = None  # "module:Class" of its training recipe (speculab train NAME)
+
+    def options(self, params: dict, loaded) -> dict:
+        """The proposer's constructor options for ``params`` (the policy left out), drafters loaded."""
+        given = {k: v for k, v in params.items() if k != POLICY}
+        return given if self.build is None else self.build(given, loaded, self.auto_draft_vocab)
+
+    def recipe_class(self) -> type:
+        """Its training recipe, imported now (``speculab train`` only)."""
+        module, _, name = (self.recipe or "").partition(":")
+        if not name:
+            raise ValueError(f"{self.proposer.name}: no training recipe")
+        return getattr(importlib.import_module(module), name)
 
 
-def load_draft_model(path: str | Path, loaded):
-    """A draft model for the loaded target, in its dtype, KV cache dtype and device; it must share the target's tokenizer."""
-
-    if Tokenizer(path)._tok.get_vocab() != loaded.tokenizer._tok.get_vocab():
-        raise ValueError(f"{path}: the draft model's tokenizer differs from the target's; they must share one")
-    model = load_model(path, DTYPES[loaded.dtype], loaded.device)
-    model.kv_dtype = loaded.model.kv_dtype  # one KV dtype for both caches (the memory estimate's assumption)
-    return model
+def _eagle_build(eagle3: bool) -> Callable[[dict, Any, int | None], dict]:
+    return lambda params, loaded, auto: eagle_options(params, loaded, auto, eagle3=eagle3)
 
 
-def reduced_vocabulary(folder: Path, loaded, size: int | None) -> dict:
-    """The ``draft_vocab`` option (FR-Spec): the drafter folder's ``size`` most frequent tokens; {} for None."""
-
-    return {} if size is None else {"draft_vocab": load_token_ranking(folder, loaded.model.config.vocab_size)[:size]}
-
-
-def _draft_options(p: dict, loaded) -> dict:
-    folder = _existing(p["draft"], "draft")
-    return {
-        "model": load_draft_model(folder, loaded),
-        "num_speculative_tokens": p["num_speculative_tokens"],
-        **reduced_vocabulary(folder, loaded, draft_vocab_size("draft", p, folder)),
-    }
-
-
-def _eagle_options(loader_name: str) -> Callable[[dict, Any], dict]:
-    def build(p: dict, loaded) -> dict:
-
-        folder = _existing(p["eagle"], "eagle")
-        reduced = reduced_vocabulary(folder, loaded, draft_vocab_size(loader_name, p, folder))
-        if loader_name == "eagle3":  # its own vocabulary is cut as it loads: the proposer gets no draft_vocab
-            head, reduced = e3.load_eagle3_head(folder, loaded.model, **reduced), {}
-        else:
-            head = e2.load_eagle_head(folder, loaded.model)
-        options = {
-            "head": head,
-            "target": loaded.model,
-            "num_steps": p["num_steps"],
-            "topk": p["topk"],
-            "num_draft_tokens": p["num_draft_tokens"],
-        }
-        return options | reduced
-
-    return build
-
-
-def draft_vocab_size(method: str, params: dict, folder: Path) -> int | None:
-    """Tokens an EAGLE head or a draft model drafts over: ``auto`` is the method's AUTO_DRAFT_VOCAB where the
-    drafter ships a token ranking and the whole vocabulary (an EAGLE-3 head's own; None) elsewhere."""
-
-    size = params.get("draft_vocab")
-    if size == "auto":
-        return AUTO_DRAFT_VOCAB[method] if (Path(folder) / RANKING_FILE).exists() else None
-    return size
-
-
-def _existing(path: str | Path, key: str) -> Path:
-    path = Path(path)
-    if not (path / "config.json").exists():
-        raise ValueError(
-            f"{key}={path}: no checkpoint there (config.json missing); "
-            f"train one with `speculab train {'eagle' if 'eagle' in key else 'draft'}` or pass {key}=PATH"
-        )
-    return path
-
-
-# draft_vocab=auto, tokens kept: an EAGLE head's 4,096 cover 94% of the workload's baseline output tokens
-# (BENCHMARKS.md); a draft model's 8,192 are the tokens its distillation loss covered (98%); an EAGLE-3 head's
-# 4,096 of its own 8,192 drafted as well and faster at batch 1 ("The EAGLE-3 head").
-AUTO_DRAFT_VOCAB = {"eagle": 4096, "draft": 8192, "eagle3": 4096}
-BUDGET = "batch_budget"  # EAGLE's: about this many draft nodes a step, shared by the batch
-LIMIT = "disable_by_batch_size"  # every speculative method's: plain decoding above this batch size
-POLICY = "policy"  # every speculative method's: a policy file or auto capping each request's draft (speculative/policy.py)
-# parameters kept under their own names (recorded labels carry them) that each preset a speculation policy's table
-PRESETS = {BUDGET: SpeculationPolicy.batch_budget, LIMIT: SpeculationPolicy.disable_by_batch_size}
-BATCH_SETTINGS = (*PRESETS, POLICY)  # what drafts less at larger batches: one speculation policy (``new_proposer``)
-# batch_budget 4: the whole 3-node tree at batch 1, 2 nodes a request at batch 2, one from batch 3 on, where a
-# verify step is compute-bound and only the first draft token pays (BENCHMARKS.md, "The batch budget")
-EAGLE_TREE = {"num_steps": 3, "topk": 2, "num_draft_tokens": 4, BUDGET: 4}
+# shared:4 spreads 4 draft nodes a step over the batch: the whole 3-node tree at batch 1, 2 nodes a request at batch
+# 2, one from batch 3 on, where a verify step is compute-bound and only the first draft token pays (BENCHMARKS.md)
+EAGLE_TREE = {"num_steps": 3, "topk": 2, "num_draft_tokens": 4}
+EAGLE_POLICY = "shared:4"
+EAGLE_PARAMS = {"draft_vocab": "auto", POLICY: EAGLE_POLICY}
+EAGLE_VLLM = {"num_speculative_tokens": "num_steps"}
+CHAIN_VLLM = {"num_speculative_tokens": "num_speculative_tokens"}
+# vLLM <= 0.8.2 takes a drafter for EAGLE only when its folder's name holds "eagle-" (launch.prepare names it so)
+SGLANG_HEAD = Layout("LlamaForCausalLMEagle")
+EAGLE3_HEAD = Layout("LlamaForCausalLMEagle3")
 
 METHODS: dict[str, Method] = {
     "baseline": Method(proposer=Proposer),
     "ngram": Method(
         proposer=NgramProposer,
-        defaults={"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, LIMIT: None, POLICY: None},
+        defaults={"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5, POLICY: None},
+        chain="num_speculative_tokens",
+        vllm=OnVllm(
+            method="ngram",
+            settings={**CHAIN_VLLM, "prompt_lookup_min": "prompt_lookup_min", "prompt_lookup_max": "prompt_lookup_max"},
+            drafts_with="n-gram lookup in the prompt and output; no drafter model; num_speculative_tokens = chain length",
+            v0_model="[ngram]",
+            v0_flags={"--ngram-prompt-lookup-max": "prompt_lookup_max", "--ngram-prompt-lookup-min": "prompt_lookup_min"},
+        ),
+        sglang=OnSglang(
+            algorithm="NGRAM", drafts_with="n-gram lookup; no drafter model", since="0.5.3", shape="lookup", lookup_windows_until="0.5.23"
+        ),
+        llama_cpp="ngram-simple",
     ),
     # vLLM's suffix_decoding_* defaults (max_tree_depth 24, factor 1.0, probability 0.1) but for 128 cached outputs,
     # not 10,000: speculab's tree is uncompressed (a node a token and depth, about 3.5 KB a cached output token where
@@ -178,53 +115,155 @@ METHODS: dict[str, Method] = {
             "max_cached_requests": 128,
             "max_spec_factor": 1.0,
             "min_token_prob": 0.1,
-            LIMIT: None,
             POLICY: None,
         },
+        chain="num_speculative_tokens",
+        vllm=OnVllm(
+            method="suffix",
+            settings={
+                **CHAIN_VLLM,
+                "suffix_decoding_max_tree_depth": "max_tree_depth",
+                "suffix_decoding_max_cached_requests": "max_cached_requests",
+                "suffix_decoding_max_spec_factor": "max_spec_factor",
+                "suffix_decoding_min_token_prob": "min_token_prob",
+            },
+            drafts_with="suffix trees over the prompt and earlier outputs (ArcticInference's); no drafter model; "
+            "num_speculative_tokens = the most a draft may have",
+            since="0.12.0",
+            since_why="vllm#25784",
+        ),
+        sglang_missing="SGLang has no such algorithm (its port, sglang#13553, was closed unmerged); launch it on vLLM",
     ),
     "draft": Method(
         proposer=DraftModelProposer,
-        defaults={"num_speculative_tokens": 3, "draft_vocab": "auto", LIMIT: None, POLICY: None, "draft": str(DEFAULT_DRAFT)},
-        build=_draft_options,
+        defaults={"num_speculative_tokens": 3, "draft_vocab": "auto", POLICY: None, "draft": str(DEFAULT_DRAFT)},
+        build=lambda params, loaded, auto: draft_model_options(params, loaded, auto),
         drafter="draft",
         memory_kind="draft",
+        auto_draft_vocab=8192,  # the tokens its distillation loss covered (98% of the workload's output tokens)
+        chain="num_speculative_tokens",
+        vllm=OnVllm(
+            method="draft_model",
+            settings=CHAIN_VLLM,
+            drafts_with="a standalone draft model from a clean HF folder (speculab export --for vllm); "
+            "num_speculative_tokens = chain length",
+            gap=VersionGap(
+                "0.11.0",
+                "0.14.0",
+                "the V0 engine that ran draft models was removed in 0.11.0 and V1 gained them in 0.14.0 (vllm#24322); "
+                "use vLLM < 0.11 or >= 0.14",
+            ),
+        ),
+        sglang=OnSglang(
+            algorithm="STANDALONE",
+            drafts_with="a standalone draft model (sglang#10090); a clean HF folder (speculab export --for sglang)",
+            since="0.5.2",
+            shape="chain",
+        ),
+        llama_cpp="draft-simple",
+        recipe="speculab.train.recipes:DraftRecipe",
     ),
     "eagle": Method(
         proposer=EagleProposer,
-        defaults={**EAGLE_TREE, "draft_vocab": "auto", LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE)},
-        build=_eagle_options("eagle"),
+        defaults={**EAGLE_TREE, **EAGLE_PARAMS, "eagle": str(DEFAULT_EAGLE)},
+        build=_eagle_build(eagle3=False),
         drafter="eagle",
         memory_kind="eagle",
+        auto_draft_vocab=4096,  # 94% of the workload's baseline output tokens (BENCHMARKS.md)
+        chain="num_steps",
+        tree=True,
+        vllm=OnVllm(
+            method="eagle",
+            settings=EAGLE_VLLM,
+            drafts_with="an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention); "
+            "num_speculative_tokens = chain length",
+            head_at_tp_one=True,
+            layout=Layout("EagleLlamaForCausalLM", fold_fc_bias=True),
+        ),
+        sglang=OnSglang(
+            algorithm="EAGLE",
+            drafts_with="an EAGLE head; the head folder (speculab export --for sglang)",
+            token_map_from="0.4.4",
+            adapts=True,
+            layout=SGLANG_HEAD,
+        ),
+        recipe="speculab.train.recipes:EagleRecipe",
     ),
-    # eagle's tree and budget: the best of five batch-1 trees for the shipped EAGLE-3 head on held-out prompts
-    # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like
+    # eagle's tree and policy: the best of five batch-1 trees for the shipped EAGLE-3 head on held-out prompts
+    # (BENCHMARKS.md, "The EAGLE-3 head"), and the two heads then compare like for like; draft_vocab auto keeps 4,096
+    # of the head's own 8,192 tokens: as accepted, and faster at batch 1
     "eagle3": Method(
         proposer=Eagle3Proposer,
-        defaults={**EAGLE_TREE, "draft_vocab": "auto", LIMIT: None, POLICY: None, "eagle": str(DEFAULT_EAGLE3)},
-        build=_eagle_options("eagle3"),
+        defaults={**EAGLE_TREE, **EAGLE_PARAMS, "eagle": str(DEFAULT_EAGLE3)},
+        build=_eagle_build(eagle3=True),
         drafter="eagle",
         memory_kind="eagle3",
+        auto_draft_vocab=4096,
+        chain="num_steps",
+        tree=True,
+        vllm=OnVllm(
+            method="eagle3",
+            settings=EAGLE_VLLM,
+            drafts_with="an EAGLE-3 head in the published layout; num_speculative_tokens = chain length",
+            since="0.8.5",
+            layout=EAGLE3_HEAD,
+        ),
+        sglang=OnSglang(
+            algorithm="EAGLE3",
+            drafts_with="an EAGLE-3 head; the head folder (speculab export --for sglang)",
+            since="0.4.4",
+            adapts=True,
+            layout=EAGLE3_HEAD,
+        ),
+        recipe="speculab.train.recipes:Eagle3Recipe",
     ),
 }
-
-
-OPTIONAL = {BUDGET, "draft_vocab", LIMIT, POLICY}  # parameters that ``none`` turns off
+OPTIONAL = {"draft_vocab", POLICY}  # parameters that ``none`` turns off
+# parameters of earlier versions, now named policies: a spec that uses one is told the new spelling
+RENAMED = {"batch_budget": "policy=shared:B", "disable_by_batch_size": "policy=plain_above:N"}
 PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming a drafter folder
 
 
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``name(key=value,...)``, and ``@folder`` when the drafter is not the default one: two different
+        settings never share a label."""
+        shown = [f"{k}={v}" for k, v in self.params.items() if k not in PATHS and v is not None]
+        label = f"{self.name}({','.join(shown)})" if shown else self.name
+        key = METHODS[self.name].drafter if self.name in METHODS else None
+        if key and self.params.get(key) not in (None, METHODS[self.name].defaults.get(key)):
+            label += f"@{Path(self.params[key]).name}"
+        return label
+
+    @property
+    def text(self) -> str:
+        """The spec as ``--method`` takes it (``name:key=value,...``: what differs from the defaults), its policy left
+        out: what a tuned policy is kept under."""
+        defaults = METHODS[self.name].defaults if self.name in METHODS else {}
+        shown = [f"{k}={'none' if v is None else v}" for k, v in self.params.items() if k != POLICY and v != defaults.get(k)]
+        return f"{self.name}:{','.join(shown)}" if shown else self.name
+
+    @property
+    def method(self) -> Method:
+        return METHODS[self.name]
+
+
 def _value(text: str, default: Any, key: str = "") -> Any:
-    if key in OPTIONAL and text.lower() in ("", "none") or key == POLICY and text.lower() == "off":
+    if key in OPTIONAL and text.lower() in ("", "none") or key == POLICY and text.lower() == OFF:
         return None
     if key == "draft_vocab":
         return "auto" if text == "auto" else int(text)
     if key in PATHS or key == POLICY:
         return text
-    if default is None:
+    if default is None or isinstance(default, int) and not isinstance(default, bool):
         return int(text)
     if isinstance(default, bool):
         return text.lower() in ("1", "true", "yes")
-    if isinstance(default, int):
-        return int(text)
     if isinstance(default, float):
         return float(text)
     return text
@@ -250,6 +289,8 @@ def parse_method(text: str) -> MethodSpec:
     params = dict(defaults)
     for part in filter(None, rest.split(",")):
         key, eq, value = part.partition("=")
+        if key in RENAMED and POLICY in params:
+            raise ValueError(f"{text!r}: {key} is now a speculation policy, {RENAMED[key]}")
         if not eq or key not in params:
             raise ValueError(f"{text!r}: {name} takes {', '.join(f'{k}=…' for k in params) or 'no parameters'}")
         try:
@@ -259,61 +300,86 @@ def parse_method(text: str) -> MethodSpec:
             raise ValueError(f"{text!r}: {key} must be a {kind}") from None
     if drafter and params.get(drafter) is None:
         raise ValueError(f"{name} needs {drafter}=PATH")
+    if params.get(POLICY) is not None:
+        named_policy(params[POLICY])  # a bad named policy now; a file is read when the target loads
     return MethodSpec(name, params)
 
 
 def with_policy(spec: MethodSpec, policy: str | None) -> MethodSpec:
-    """``spec`` under a command's ``--policy`` (a file, ``auto``, or None/``off``: as it is). A method without drafts
-    (baseline) and one that names its own policy keep theirs; a file is read now, so a bad one is refused at once
-    (``auto`` is looked up when the target is loaded: ``proposer_options``)."""
-    if policy is None or policy.lower() == "off" or POLICY not in spec.params or spec.params[POLICY] is not None:
+    """``spec`` under a command's ``--policy`` (a named policy, a file, ``auto``, or None/``off``: as it is), for a
+    speculative method whose own policy is its default; a method without drafts (baseline) and one that names another
+    policy keep theirs. A named policy or file is read now, so a bad one is refused at once (``auto`` is looked up when
+    the target is loaded: ``proposer_options``)."""
+    if policy is None or policy.lower() == OFF or POLICY not in spec.params:
+        return spec
+    if spec.params[POLICY] != spec.method.defaults[POLICY]:
         return spec
     if policy != AUTO:
-        SpeculationPolicy.from_file(policy)
+        read_policy(policy)
     return MethodSpec(spec.name, {**spec.params, POLICY: policy})
 
 
 def speculation_policy(spec: MethodSpec, loaded) -> SpeculationPolicy | None:
-    """The spec's policy: its file's, ``speculab tune``'s for this machine and target (``auto``), or None."""
+    """The spec's policy: a named one, its file's, ``speculab tune``'s for this machine and target (``auto``), or None."""
     policy = spec.params.get(POLICY)
     if policy is None:
         return None
     if policy == AUTO:
         return tuned_policy(loaded, spec.text)
-    return SpeculationPolicy.from_file(policy)
+    return read_policy(policy)
 
 
 def proposer_options(spec: MethodSpec, loaded) -> dict:
     """The proposer's constructor options (drafters loaded) and, under ``POLICY``, its policy: build once, then
     ``new_proposer`` per run."""
-    options = METHODS[spec.name].build({k: v for k, v in spec.params.items() if k not in BATCH_SETTINGS}, loaded)
+    options = spec.method.options(spec.params, loaded)
     policy = speculation_policy(spec, loaded)
     return options if policy is None else options | {POLICY: policy}
 
 
 def new_proposer(spec: MethodSpec, options: dict):
-    """A fresh proposer for one run, under its speculation policy when it has one: the options' policy (a file or
-    auto) capped by the spec's presets (``batch_budget``, ``disable_by_batch_size``), all one batch table."""
-
+    """A fresh proposer for one run, under its speculation policy when it has one."""
     options = dict(options)
     policy = options.pop(POLICY, None)
-    for key, preset in PRESETS.items():
-        if spec.params.get(key) is not None:
-            policy = preset(spec.params[key]) if policy is None else policy.capped_by(preset(spec.params[key]))
     proposer = make_proposer(spec.name, **options)
     return proposer if policy is None else PolicyProposer(proposer, policy)
 
 
+def without_policy(spec: MethodSpec) -> MethodSpec:
+    """``spec`` drafting all it drafts at every load (what a tuner sweeps under budgets of its own)."""
+    return spec if POLICY not in spec.params else MethodSpec(spec.name, {**spec.params, POLICY: None})
+
+
+def as_chain(spec: MethodSpec, k: int) -> MethodSpec:
+    """``spec`` drafting chains of ``k`` tokens and no policy, as an engine that verifies chains runs it (k = 0:
+    plain decoding)."""
+    if k == 0:
+        return parse_method("baseline")
+    m = spec.method
+    shape = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1} if m.tree else {m.chain: k}
+    return MethodSpec(spec.name, {**spec.params, **shape, POLICY: None})
+
+
+def chain_length(spec: MethodSpec) -> int:
+    """The chain an engine that verifies chains drafts for ``spec``: a tree's depth (num_steps) as its tokens."""
+    return int(spec.params[spec.method.chain])
+
+
+def draft_nodes(spec: MethodSpec) -> int:
+    """The most draft nodes ``spec`` drafts a request (a tree's nodes, the root not counted; a chain's tokens)."""
+    return int(spec.params["num_draft_tokens"]) - 1 if spec.method.tree else chain_length(spec)
+
+
 def drafter_key(spec: MethodSpec) -> str | None:
     """The parameter naming the spec's drafter folder (``draft`` or ``eagle``), None without a drafter."""
-    return METHODS[spec.name].drafter
+    return spec.method.drafter
 
 
 def shipped_drafter_key(spec: MethodSpec) -> str | None:
     """The drafter parameter still at its default (the embedded model's shipped drafter), else None: a command
     given another target must then be told to pass its own drafter."""
     key = drafter_key(spec)
-    return key if key and spec.params[key] == METHODS[spec.name].defaults.get(key) else None
+    return key if key and spec.params[key] == spec.method.defaults.get(key) else None
 
 
 def require_own_drafter(spec: MethodSpec, option: str) -> None:
@@ -328,12 +394,7 @@ def drafter_path(spec: MethodSpec) -> Path | None:
     return Path(spec.params[key]) if key else None
 
 
-def add_policy_flag(parser) -> None:
-    """``--policy FILE|off``, as generate, bench and serve take it (``with_policy`` applies it)."""
-    parser.add_argument(
-        "--policy",
-        default=None,
-        help="a speculation policy file (JSON: draft nodes per request by batch size, and a floor on each request's "
-        "acceptance; README), or auto (what `speculab tune` chose for this machine, target and method), for every "
-        "speculative method that names none; off (the default): none",
-    )
+def spec_draft_vocab_size(spec: MethodSpec) -> int | None:
+    """The tokens the spec's drafter drafts over (``draft_vocab``, ``auto`` resolved); None: its whole vocabulary."""
+    path = drafter_path(spec)
+    return None if path is None or "draft_vocab" not in spec.params else draft_vocab_size(spec.params, path, spec.method.auto_draft_vocab)

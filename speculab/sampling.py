@@ -32,7 +32,7 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: frozenset[int] | None = None  # None = the model's stop tokens
     ignore_eos: bool = False
-    verify: str = "auto"  # one of SAMPLING_VERIFY
+    sampling_verify: str = "auto"  # one of SAMPLING_VERIFY: how a sampled request's drafts are verified
     logprobs: int | None = None  # report each token's logprob and this many top tokens' (logprobs.py); None: none
 
     def __post_init__(self) -> None:
@@ -48,8 +48,8 @@ class SamplingParams:
             raise ValueError(f"seed must be in [{SEED_MIN}, {SEED_MAX}] (what torch.Generator takes), got {self.seed}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {self.logprobs}")
-        if self.verify not in SAMPLING_VERIFY:
-            raise ValueError(f"sampling_verify must be one of {', '.join(SAMPLING_VERIFY)}, got {self.verify!r}")
+        if self.sampling_verify not in SAMPLING_VERIFY:
+            raise ValueError(f"sampling_verify must be one of {', '.join(SAMPLING_VERIFY)}, got {self.sampling_verify!r}")
 
     @property
     def greedy(self) -> bool:
@@ -58,7 +58,8 @@ class SamplingParams:
     @property
     def coupled(self) -> bool:
         """Sampled, its tokens drawn from position-keyed noise (``position_noise.py``)."""
-        return not self.greedy and (self.verify == "coupled" or (self.verify == "auto" and self.seed is not None))
+        how = self.sampling_verify
+        return not self.greedy and (how == "coupled" or (how == "auto" and self.seed is not None))
 
     def generator(self) -> torch.Generator | None:
         if self.greedy:
@@ -89,7 +90,7 @@ def greedy_tokens(logits: Tensor) -> list[int]:
 
     logits: [..., vocab]; returns the ids as nested lists shaped like ``logits.shape[:-1]``.
     Why numpy on a CPU: torch's CPU argmax is not vectorised (66 us for one 49,152-token row, 140 us for a
-    4-token verify's rows on a 2-core AMX Xeon, ``benchmarks/greedy_argmax.py``); numpy's takes 3 and 11 us.
+    4-token verify's rows on a 2-core AMX Xeon, ``benchmarks/kernels_alone.py argmax``); numpy's takes 3 and 11 us.
     """
     if logits.device.type != "cpu":
         return logits.argmax(-1).tolist()

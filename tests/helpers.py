@@ -210,7 +210,7 @@ def write_eagle_head(
     return folder
 
 
-def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab: int = 128) -> Path:
+def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab_size: int = 128) -> Path:
     """An EAGLE-3 head with random weights in the published layout; the draft vocabulary is every other token."""
     from safetensors.torch import save_file
 
@@ -220,15 +220,15 @@ def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab
     d = h // c.num_attention_heads
     q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
     rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.08  # noqa: E731
-    draft_ids = torch.arange(0, 2 * draft_vocab, 2)  # target ids of the draft vocabulary
+    draft_ids = torch.arange(0, 2 * draft_vocab_size, 2)  # target ids of the draft vocabulary
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[draft_ids] = True
     m = "midlayer."
     state = {
         "fc.weight": rnd(h, 3 * h),
         "norm.weight": 1 + rnd(h),
-        "lm_head.weight": rnd(draft_vocab, h),
-        "d2t": draft_ids - torch.arange(draft_vocab),
+        "lm_head.weight": rnd(draft_vocab_size, h),
+        "d2t": draft_ids - torch.arange(draft_vocab_size),
         "t2d": t2d,
         m + "hidden_norm.weight": 1 + rnd(h),
         m + "input_layernorm.weight": 1 + rnd(h),
@@ -250,7 +250,7 @@ def write_eagle3_head(folder: Path, target_hf_config, seed: int = 0, draft_vocab
         "num_key_value_heads": c.num_key_value_heads,
         "num_hidden_layers": 1,
         "vocab_size": vocab,
-        "draft_vocab_size": draft_vocab,
+        "draft_vocab_size": draft_vocab_size,
         "target_hidden_size": h,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,

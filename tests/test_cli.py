@@ -154,11 +154,11 @@ def test_generate_refuses_a_flag_the_method_does_not_take(tmp_path, capsys):
 
 
 def test_generate_under_a_policy_file_and_off(tmp_path, capsys):
-    """--policy FILE caps the method's drafts (here: one node a request) and stays identical to the baseline;
+    """--policy FILE sets the method's draft budget (here: one node a request) and stays identical to the baseline;
     --policy off is no policy; a bad file is refused naming it."""
     save_tiny_checkpoint(tmp_path / "target")
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"by_batch_size": {"1": 1}}))
+    policy.write_text(json.dumps({"draft_budget": [{"batch_size": 1, "draft_nodes": 1}]}))
     base = ["generate", "--model", str(tmp_path / "target"), "--prompt", "w5 w9 w11 w5 w9 w11 w5", "--max-tokens", "12"]
     base += ["--ignore-eos", "--json", "--dtype", "float32", "--method", "ngram:prompt_lookup_min=1", "--compare-baseline"]
     assert main([*base, "--policy", str(policy)]) == 0
@@ -168,6 +168,6 @@ def test_generate_under_a_policy_file_and_off(tmp_path, capsys):
     assert main([*base, "--policy", "off"]) == 0
     free = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert "policy" not in free["label"] and free["spec_stats"]["draft_tokens"] > capped["spec_stats"]["draft_tokens"]
-    policy.write_text('{"by_batch_size": {"1": -2}}')
+    policy.write_text('{"draft_budget": [{"batch_size": 1, "draft_nodes": -2}]}')
     assert main([*base, "--policy", str(policy)]) == 2
     assert str(policy) in capsys.readouterr().err

@@ -3,10 +3,10 @@
 Knows: acceptance needs no timing, so it is measured where it costs least: every method greedy over the first
 ``PER_DOMAIN`` prompts of each domain of the workload (12 each: Python, TypeScript, SQL, agentic), ``BATCH`` at a
 time, after the timed cells. In fp32 a request's tokens do not depend on its batch, so neither do its drafts; a
-method runs here as it drafts at batch size 1: its batch budget and its policy (which only cap drafts at larger
-batches) are left out, and its figures are batch 1's. Suffix decoding's shared tree does see the other requests'
+method runs here as it drafts at batch size 1: its speculation policy (whose budgets only shrink drafts at larger
+batches) is left out, and its figures are batch 1's. Suffix decoding's shared tree does see the other requests'
 outputs, as it would on a server. Each domain's row carries its prompt count. Two methods that draft alike here (an
-adaptive row and its fixed method) share one pass (``same_pass_as``).
+auto row and its fixed method) share one pass (``same_pass_as``).
 
 Does not know: the timed cells (``in_process.py``) or the report (``report/acceptance_section.py``).
 """
@@ -18,13 +18,12 @@ from tqdm import tqdm
 from speculab.bench.in_process import Target, run_once
 from speculab.bench.settings import ACCEPTANCE, RunContext
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
-from speculab.methods import BATCH_SETTINGS, POLICY, MethodSpec, new_proposer
+from speculab.methods import POLICY, MethodSpec, new_proposer, without_policy
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
 
 PER_DOMAIN = 12
 BATCH = 16
-AT_BATCH_ONE = dict.fromkeys(BATCH_SETTINGS)  # what drafts less at larger batches, left out
 
 
 def pass_items(items: list[WorkloadItem]) -> list[WorkloadItem]:
@@ -47,7 +46,7 @@ def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dic
     prompts = [lm.tokenizer.encode_chat(item.message_dicts()) for item in items]
     passed = Target(lm, prompts, items, target.cache)
     total = len(todo) * len(items) * run.cfg.max_tokens
-    measured: dict[str, dict] = {}  # drafted_as -> its record: an adaptive row drafts here as its fixed method does
+    measured: dict[str, dict] = {}  # drafted_as -> its record: an auto row drafts here as its fixed method does
     with tqdm(total=total, desc="acceptance pass (untimed)", unit="tok", disable=not run.progress, smoothing=0.05) as bar:
         for spec in todo:
             bar.set_postfix_str(spec.label)
@@ -62,7 +61,8 @@ def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dic
 
 
 def as_at_batch_one(spec: MethodSpec) -> MethodSpec:
-    return MethodSpec(spec.name, {k: (AT_BATCH_ONE[k] if k in AT_BATCH_ONE else v) for k, v in spec.params.items()})
+    """The spec as it drafts at batch size 1: without its policy (what drafts less at larger batches)."""
+    return without_policy(spec)
 
 
 def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_tokens: int, bar: tqdm | None) -> dict:

@@ -7,16 +7,16 @@ import json
 from pathlib import Path
 
 # eagle: the better of the two shipped heads on held-out prompts (BENCHMARKS.md, "The EAGLE-3 head"); eagle3 runs the other
-# the fixed settings of each method, and the adaptive row: EAGLE, the drafter that holds up at larger batches, under
-# the policy `speculab tune` chose for this machine (tuned before the cells when there is none: bench/adaptive.py)
+# the fixed settings of each method, and the auto row: EAGLE, the drafter that holds up at larger batches, under
+# the policy `speculab tune` chose for this machine (tuned before the cells when there is none: bench/auto_policy.py)
 DEFAULT_METHODS = ("baseline", "draft", "eagle", "ngram", "suffix", "eagle:policy=auto")
 
 
 def add_bench_parsers(sub, tuner=None) -> None:
     """``speculab bench`` and ``speculab report``; ``tuner`` (``tune.run.tune_with_defaults``, handed down by the
-    top-level parser so that the benchmark does not import the tuner built on it) tunes an adaptive row that has no
+    top-level parser so that the benchmark does not import the tuner built on it) tunes an auto row (``policy=auto``) that has no
     policy on this machine."""
-    from speculab.methods import add_policy_flag
+    from speculab.policy.table import add_policy_flag
     from speculab.runtime import add_model_flags
     from speculab.sampling import add_sampling_verify_flag
 
@@ -28,7 +28,7 @@ def add_bench_parsers(sub, tuner=None) -> None:
         action="store_const",
         const="quick",
         help="the default: 64 output tokens, 3 repeats, prompt cache on; each batch size runs as many of 16 "
-        "prompts (whole batches) as fit its share of a 6-minute budget, sized by a calibration on this machine",
+        "prompts (whole batches) as fit its share of a 6-minute time limit, sized by a calibration on this machine",
     )
     profile.add_argument(
         "--full",
@@ -138,8 +138,8 @@ def config_from_args(args: argparse.Namespace, resumed=None):
         "max_tokens": given(args.max_tokens, "max_tokens", profile["max_tokens"]),
         "repeats": given(args.repeats, "repeats", profile["repeats"]),
         "prompt_cache": given(args.prompt_cache, "prompt_cache", profile["prompt_cache"]),
-        # --num-prompts asks for that many prompts in every cell; otherwise the profile's budget sizes them
-        "time_budget_s": None if args.num_prompts is not None else given(None, "time_budget_s", profile["time_budget_s"]),
+        # --num-prompts asks for that many prompts in every cell; otherwise the profile's time limit sizes them
+        "time_limit_s": None if args.num_prompts is not None else given(None, "time_limit_s", profile["time_limit_s"]),
     }
     endpoints = _endpoints(args) if args.endpoint or args.baseline_endpoint or resumed is None else resumed.endpoints
     methods = _methods(args, resumed, endpoints)
@@ -178,7 +178,7 @@ def _methods(args: argparse.Namespace, resumed, endpoints: tuple) -> tuple:
         names = args.methods if args.methods is not None else [] if endpoints else DEFAULT_METHODS
         found = tuple(parse_method(m) for m in names)
     methods = tuple(with_policy(m, args.policy) for m in found)
-    if args.methods is None and resumed is None:  # --policy on the defaults makes eagle the adaptive row: once
+    if args.methods is None and resumed is None:  # --policy on the defaults makes eagle the auto row: once
         methods = tuple({m.label: m for m in methods}.values())
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):

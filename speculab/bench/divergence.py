@@ -29,7 +29,7 @@ from speculab.models.llama import prefill
 NEAR_TIE = 0.05  # nats: the bound's floor (fp32 runs; engines that differ in kernels, not in dtype)
 # Between two runs in one dtype, a logit moves by at most this many unit roundoffs of the top logit: the largest
 # measured, 8.0 (median 3.2), rounded up. bf16 on SmolLM2-135M, one-token against 49-token forwards, 147 positions,
-# AMD EPYC AVX2 (benchmarks/bf16_rounding.py; BENCHMARKS.md, "bf16: where greedy outputs part").
+# AMD EPYC AVX2 (benchmarks/bf16.py rounding; BENCHMARKS.md, "bf16: where greedy outputs part").
 ROUNDING_SPREAD = 9
 
 

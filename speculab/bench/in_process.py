@@ -4,7 +4,7 @@ Knows: the target and its prompts (their prefill shared through a prompt cache i
 taking turns in rounds across the methods of one batch size (the median repeat's figures, and every round's tok/s), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
 ITL at p50 and p99, τ and acceptance overall, per domain and per position, peak memory, greedy identity with the
 baseline and, where outputs part, whether at a near-tie) and how many prompts each batch size runs under a time
-budget (``sizing.py``).
+limit (``sizing.py``).
 
 Does not know: the results file, HTTP cells, or how proposers work.
 """
@@ -135,7 +135,7 @@ class Repeat:
 def sampling_params(target: Target, cfg: BenchConfig) -> list[SamplingParams]:
     """Each prompt's sampling parameters: the run's temperature, a fixed seed per prompt (the same every repeat)."""
     return [
-        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, verify=cfg.sampling_verify)
+        SamplingParams(max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed + i, sampling_verify=cfg.sampling_verify)
         for i in range(len(target.prompts))
     ]
 
@@ -235,19 +235,19 @@ def _divergence_fields(target: Target, outputs, reference, margins, at: int) -> 
 
 def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -> dict:
     """The run record's ``prompts_per_batch`` (and the calibration it came from): every prompt, or as many as
-    ``cfg.time_budget_s`` allows on this machine. Sized once: a resumed run keeps its first sizing, and a new run takes
+    ``cfg.time_limit_s`` allows on this machine. Sized once: a resumed run keeps its first sizing, and a new run takes
     the sizing an earlier run on this machine with the same settings chose (``sizing.remembered``)."""
     if target is None:
         return {}
     if previous_run and previous_run.get("prompts_per_batch"):
         kept = {int(b): n for b, n in previous_run["prompts_per_batch"].items()}  # JSON keys are strings
         return {"prompts_per_batch": kept, "calibration_tok_s": previous_run.get("calibration_tok_s")}
-    if not cfg.time_budget_s:
+    if not cfg.time_limit_s:
         return {"prompts_per_batch": {b: len(target.prompts) for b in cfg.batch_sizes}}
     lm = target.loaded
     rates = calibrate(lm.model, target.prompts, cfg.batch_sizes, lm.tokenizer.stop_ids, target.cache)
     sized = prompts_per_batch(
-        rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_budget_s, len(target.prompts)
+        rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_limit_s, len(target.prompts)
     )
     sized, reused = remembered(cfg.measured() | {"model_path": str(lm.path), "num_items": len(target.prompts)}, sized)
     return {"prompts_per_batch": sized, "calibration_tok_s": rates, "sizing_reused": reused}

@@ -27,7 +27,7 @@ FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that na
     "sampling_verify": "--sampling-verify",
     "workload": "--workload",
     "profile": "--quick/--full",
-    "time_budget_s": "--num-prompts",
+    "time_limit_s": "--num-prompts",
     "dtype": "--dtype",
     "kv_dtype": "--kv-dtype",
     "model": "--model",
@@ -51,6 +51,8 @@ def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
         raise ValueError(f"--resume: {results} was written by an older speculab that did not record its methods' settings")
     known = {f.name for f in fields(BenchConfig)} - {"methods", "endpoints"}
     values = {k: v for k, v in config.items() if k in known}
+    if "time_budget_s" in config:  # the name of earlier versions
+        values.setdefault("time_limit_s", config["time_budget_s"])
     methods = tuple(MethodSpec(p["name"], {k: v for k, v in p.items() if k != "name"}) for p in config["method_params"].values())
     endpoints = tuple(
         Endpoint(e["url"], e.get("label"), api_key, e.get("served_model"), e.get("baseline", False)) for e in config.get("endpoints", [])

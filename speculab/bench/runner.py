@@ -1,7 +1,7 @@
 """``speculab bench``: a run from its settings to ``results.jsonl``, one way.
 
 The order: the run's state (``settings.py``: which run, which cells are left) -> the checks that can fail before any model
-loads (endpoints answer, launched engines can run every method) -> the target, a tuned policy for each adaptive row that has none here (``adaptive.py``), the warm-up (``in_process.py``)
+loads (endpoints answer, launched engines can run every method) -> the target, a tuned policy for each auto row that has none here (``auto_policy.py``), the warm-up (``in_process.py``)
 -> the run record (settings, machine, models, memory estimates, sizing) -> every cell, batch-major, each kind by
 its executor: in-process (``in_process.py``: the methods of one batch size in rounds, taking turns), an endpoint (``over_http/endpoint.py``), an engine speculab launches
 (``over_http/launched_engines.py``) -> the in-process methods' untimed acceptance pass (``acceptance_pass.py``) ->
@@ -22,13 +22,13 @@ from tqdm import tqdm
 
 from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
-from speculab.bench.adaptive import tune_untuned
+from speculab.bench.auto_policy import tune_untuned
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
-from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, measure_engine
+from speculab.bench.over_http.launched_engines import ReferenceModel, check_commands, engine_label, measure_engine
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
-from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, MethodSpec, draft_vocab_size, drafter_path, proposer_options
+from speculab.methods import MethodSpec, drafter_path, proposer_options, spec_draft_vocab_size
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import read_head_config
 from speculab.models.linear import linear_kind
@@ -37,7 +37,7 @@ from speculab.testbed import model_record, testbed
 
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True, tuner=None) -> Path:
-    """The run (``tuner``: what tunes an adaptive row with no policy here, ``adaptive.tune_untuned``); its results file."""
+    """The run (``tuner``: what tunes an auto row with no policy here, ``auto_policy.tune_untuned``); its results file."""
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
     with results.hold():  # a second `speculab bench` on this --out is refused while this one runs
@@ -51,9 +51,9 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
         target = in_process.load_target(cfg, items) if cfg.in_process else None
         reference = ReferenceModel(cfg.model, cfg.dtype, target.loaded if target else None)
-        check_plans(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
+        check_commands(cfg.launched, cfg, reference.path, out)  # a method a launched engine cannot run fails before any cell
         specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
-        # an adaptive row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
+        # an auto row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
         tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         if target is not None:
@@ -124,9 +124,9 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
     if loaded is not None:
         dtype_bytes = torch.finfo(loaded.model.dtype).bits // 8
         kv_bytes = torch.finfo(loaded.model.kv_dtype or loaded.model.dtype).bits // 8
-        budget = machine_memory_bytes()
+        device_bytes = machine_memory_bytes()
         for spec in cfg.in_process:
-            memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, budget, kv_bytes)
+            memory[spec.label] = memory_estimate(spec, loaded.model.config, dtype_bytes, device_bytes, kv_bytes)
             if (path := drafter_path(spec)) is not None:
                 drafters[spec.label] = model_record(path)
         models = {"target": model_record(loaded.path), "drafters": drafters}
@@ -148,19 +148,19 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
     }
 
 
-def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, budget_bytes: int, kv_bytes: int | None = None) -> dict:
-    """``memory.estimate`` for a method: its drafter's kind (``METHODS``), config and reduced vocabulary; ``kv_bytes``
-    per cached value (None: ``dtype_bytes``)."""
-    kind, path = METHODS[spec.name].memory_kind, drafter_path(spec)
+def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, device_bytes: int, kv_bytes: int | None = None) -> dict:
+    """``memory.estimate`` for a method: its drafter's kind (its entry's ``memory_kind``), config and reduced vocabulary;
+    ``kv_bytes`` per cached value (None: ``dtype_bytes``)."""
+    kind, path = spec.method.memory_kind, drafter_path(spec)
     drafter_cfg, options = None, {}
     if kind == "draft":
         drafter_cfg = ModelConfig.from_file(path / "config.json")
     elif kind in ("eagle", "eagle3"):
         raw, drafter_cfg, _ = read_head_config(path)
-        options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-    size = draft_vocab_size(kind, spec.params, path) if kind in AUTO_DRAFT_VOCAB else None
+        options = {"draft_vocab_size": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
+    size = spec_draft_vocab_size(spec)
     if kind == "eagle3" and size is not None:  # the head's own rows, cut as it loads (at most that many)
-        options = {"draft_vocab": min(size, options.get("draft_vocab", size))}
+        options = {"draft_vocab_size": min(size, options.get("draft_vocab_size", size))}
     elif size is not None:
-        options = {"reduced_vocab": size}  # the proposer's own copy of that many lm_head rows
-    return estimate(target, kind, drafter_cfg, dtype_bytes, budget_bytes, kv_dtype_bytes=kv_bytes, **options)
+        options = {"draft_vocab_size": size}  # the proposer's own copy of that many lm_head rows
+    return estimate(target, kind, drafter_cfg, dtype_bytes, device_bytes, kv_dtype_bytes=kv_bytes, **options)

@@ -20,8 +20,8 @@ from speculab.methods import MethodSpec
 OPERATIONAL = ("request_timeout", "engine_python", "engine_port")  # settings no figure depends on
 ACCEPTANCE = "acceptance"  # the acceptance pass's record kind (acceptance_pass.py)
 PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (sizing.py)
-    "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_budget_s=360.0),
-    "full": dict(num_prompts=124, max_tokens=600, repeats=3, prompt_cache=False, time_budget_s=None),
+    "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_limit_s=360.0),
+    "full": dict(num_prompts=124, max_tokens=600, repeats=3, prompt_cache=False, time_limit_s=None),
 }
 
 
@@ -37,7 +37,7 @@ class BenchConfig:
     sampling_verify: str = "auto"  # sampled cells: coupled or rejection (sampling.SAMPLING_VERIFY)
     workload: str | None = None
     profile: str = "quick"
-    time_budget_s: float | None = None  # in-process cells sized to it (sizing.py); None: every prompt in every cell
+    time_limit_s: float | None = None  # in-process cells sized to it (sizing.py); None: every prompt in every cell
     dtype: str | None = None
     kv_dtype: str | None = None  # None: the model's
     model: str | None = None

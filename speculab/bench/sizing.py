@@ -1,8 +1,8 @@
-"""Sizing a benchmark run to a time budget: how many prompts each batch size's cells get.
+"""Sizing a benchmark run to a time limit: how many prompts each batch size's cells get.
 
 Knows: a short calibration (plain decoding of a few tokens at the smallest and the largest batch size,
 on the machine at hand), the tok/s in between (geometric in log2 of the batch size: measured rates
-grow about that way), and the sizing rule: every batch size gets an equal share of the budget across the
+grow about that way), and the sizing rule: every batch size gets an equal share of the limit across the
 methods measured at it, and as many prompts as fit that share, a whole number of batches, at least
 one batch and at most the workload's prompts.
 
@@ -11,7 +11,7 @@ prompts whatever its own calibration reads, so two runs' speedups compare (the a
 method's speedup alike).
 
 Does not know: what a cell measures (``runner.py``), or how the methods draft: a speculative method is
-taken to run at about plain decoding's rate, which is what sizing a budget needs, not what it reports.
+taken to run at about plain decoding's rate, which is what sizing to a limit needs, not what it reports.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 
 from speculab.engine import Engine
 from speculab.files import cache_dir
+from speculab.policy.store import machine_id
 from speculab.sampling import SamplingParams
-from speculab.speculative.policy_store import machine_id
 
 CALIBRATION_TOKENS = 16
 
@@ -51,12 +51,12 @@ def prompts_per_batch(
     cells_per_batch: int,
     max_tokens: int,
     repeats: int,
-    budget_s: float,
+    limit_s: float,
     num_prompts: int,
 ) -> dict[int, int]:
-    """Batch size -> prompts its cells run: each batch size gets budget / len(batch_sizes) seconds for its
+    """Batch size -> prompts its cells run: each batch size gets limit / len(batch_sizes) seconds for its
     ``cells_per_batch`` cells (methods), each running prompts × max_tokens × repeats tokens."""
-    share = budget_s / len(batch_sizes) / max(1, cells_per_batch)
+    share = limit_s / len(batch_sizes) / max(1, cells_per_batch)
     sized = {}
     for b in batch_sizes:
         fits = share * rate_at(rates, b) / (max_tokens * repeats)

@@ -23,45 +23,46 @@ from packaging.version import Version
 from speculab.launch.command import Flag, LaunchCommand
 from speculab.launch.environments import LLAMA_CPP_PYTHON_VERSION
 
-METHODS = ("baseline", "draft", "ngram")
+DRAFT_MODEL, LOOKUP = "draft-simple", "ngram-simple"  # the --spec-type values speculab compares (methods' llama_cpp)
 
 
 @dataclass(frozen=True, kw_only=True)
 class LlamaServerSpec:
-    """One llama-server: the target, and what it speculates with (``method`` baseline, draft or ngram)."""
+    """One llama-server: the target, and what it speculates with (``spec_type``: llama.cpp's ``--spec-type``, None:
+    plain decoding)."""
 
     binary: Path
     target: Path  # the target's GGUF
-    method: str = "baseline"
-    draft: Path | None = None  # the draft model's GGUF (method draft)
-    draft_max: int = 3  # --spec-draft-n-max (draft) or the m-gram's size M (ngram)
-    ngram_size: int | None = None  # the lookup n-gram's size N (ngram; `speculab compare --ngram-size`)
+    spec_type: str | None = None
+    draft: Path | None = None  # the draft model's GGUF (draft-simple)
+    draft_max: int = 3  # --spec-draft-n-max (draft-simple) or the m-gram's size M (ngram-simple)
+    ngram_size: int | None = None  # the lookup n-gram's size N (ngram-simple; `speculab compare --ngram-size`)
     threads: int = 2
     context: int = 4096
     port: int = 8090
 
 
 def _speculation_flags(spec: LlamaServerSpec) -> list[Flag]:
-    if spec.method == "draft":
+    if spec.spec_type == DRAFT_MODEL:
         if spec.draft is None:
             raise ValueError("llama-server's draft-model speculation needs a draft GGUF")
         return [
-            Flag("--spec-type", "draft-simple", "speculation by a standalone draft model"),
+            Flag("--spec-type", DRAFT_MODEL, "speculation by a standalone draft model"),
             Flag("-md", str(spec.draft), "the draft model, converted from speculab's drafter by llama.cpp's converter"),
             Flag("--spec-draft-n-max", str(spec.draft_max), "draft tokens a step: speculab's num_speculative_tokens"),
             Flag("-td", str(spec.threads), "the draft model's threads, as the target's"),
             Flag("-tbd", str(spec.threads), "the draft model's batch threads, as the target's"),
         ]
-    if spec.method == "ngram":
+    if spec.spec_type == LOOKUP:
         if spec.ngram_size is None:
             raise ValueError("llama-server's lookup decoding needs the n-gram's size")
         return [
-            Flag("--spec-type", "ngram-simple", "lookup in the request's own tokens: llama.cpp's prompt-lookup decoding"),
+            Flag("--spec-type", LOOKUP, "lookup in the request's own tokens: llama.cpp's prompt-lookup decoding"),
             Flag("--spec-ngram-simple-size-n", str(spec.ngram_size), "the n-gram looked up"),
             Flag("--spec-ngram-simple-size-m", str(spec.draft_max), "draft tokens a step: speculab's num_speculative_tokens"),
         ]
-    if spec.method != "baseline":
-        raise ValueError(f"llama-server method must be one of {', '.join(METHODS)}, not {spec.method!r}")
+    if spec.spec_type is not None:
+        raise ValueError(f"llama-server --spec-type must be {DRAFT_MODEL} or {LOOKUP} here, not {spec.spec_type!r}")
     return []
 
 
@@ -82,7 +83,7 @@ def llama_server_command(spec: LlamaServerSpec) -> LaunchCommand:
         program=(str(spec.binary),),
         flags=tuple(flags),
         port=spec.port,
-        served_name=spec.method,
+        served_name=spec.spec_type or "plain",
         notes=(f"llama.cpp as vendored by llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}",),
         cpu=True,
     )

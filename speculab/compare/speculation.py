@@ -38,13 +38,11 @@ from speculab.engine import Engine, sequence_length
 from speculab.files import cache_dir
 from speculab.launch.environments import LLAMA_CPP_PYTHON_VERSION, llama_server
 from speculab.launch.server import EngineServer
-from speculab.methods import MethodSpec, new_proposer, parse_method, proposer_options
+from speculab.methods import METHODS, MethodSpec, chain_length, new_proposer, parse_method, proposer_options
 from speculab.models.linear import linear_kind
 from speculab.runtime import LoadedModel
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
-
-SPECULATING = ("draft", "ngram")  # the methods both engines have
 
 
 @dataclass
@@ -134,10 +132,11 @@ def summary(plain: Side, speculating: Side) -> dict:
 def speculating_spec(args: argparse.Namespace) -> MethodSpec:
     """``--method`` as a spec (``draft``, ``ngram:num_speculative_tokens=5``…), ``--draft`` naming its drafter."""
     spec = parse_method(args.method)
-    if spec.name not in SPECULATING:
-        raise ValueError(f"--method {spec.name}: llama.cpp speculates with {' or '.join(SPECULATING)} only")
+    if spec.method.llama_cpp is None:
+        both = [name for name, m in METHODS.items() if m.llama_cpp]
+        raise ValueError(f"--method {spec.name}: llama.cpp speculates with {' or '.join(both)} only")
     if args.draft is not None:
-        if spec.name != "draft":
+        if spec.method.drafter != "draft":
             raise ValueError("--draft names a draft model: only with --method draft")
         spec = MethodSpec(spec.name, {**spec.params, "draft": str(args.draft)})
     return spec
@@ -151,12 +150,12 @@ def workload_prompts(loaded: LoadedModel, count: int, workload: str | None = Non
 def server_specs(spec: MethodSpec, args: argparse.Namespace, target: Path, context: int) -> tuple[LlamaServerSpec, LlamaServerSpec]:
     """llama-server plainly and speculating as ``spec`` does: the same draft length, the draft converted."""
     common = dict(binary=llama_server(create=True), target=target, threads=torch.get_num_threads(), context=context)
-    k = spec.params["num_speculative_tokens"]
-    if spec.name == "draft":
+    k = chain_length(spec)
+    if spec.method.drafter:
         outtype = args.quant if args.quant in ("f32", "bf16") else "f32"
-        method = dict(method="draft", draft=draft_gguf(spec.params["draft"], outtype), draft_max=k)
+        method = dict(spec_type=spec.method.llama_cpp, draft=draft_gguf(spec.params[spec.method.drafter], outtype), draft_max=k)
     else:
-        method = dict(method="ngram", draft_max=k, ngram_size=args.ngram_size)
+        method = dict(spec_type=spec.method.llama_cpp, draft_max=k, ngram_size=args.ngram_size)
     return LlamaServerSpec(**common, port=args.port), LlamaServerSpec(**common, **method, port=args.port + 1)
 
 
@@ -179,7 +178,7 @@ def compare_llamacpp_speculation(args: argparse.Namespace, loaded: LoadedModel) 
     with ExitStack() as stack:
         servers = []
         for s in (plain_spec, speculating):
-            servers.append(stack.enter_context(EngineServer(llama_server_command(s), logs / f"{s.method}.log")))
+            servers.append(stack.enter_context(EngineServer(llama_server_command(s), logs / f"{s.spec_type or 'plain'}.log")))
             servers[-1].pause()
         ours = speculab_sides(loaded, spec, prompts, args.max_tokens)
         theirs = [Side("llama.cpp baseline", llama_runner(servers[0])), Side(f"llama.cpp {spec.name}", llama_runner(servers[1]))]

@@ -1,7 +1,7 @@
 """Coding prompts made from real source files: code windows and task templates.
 
 Knows: how to cut a source file into top-level blocks and pick a window of
-them near a token budget, and the instruction templates of each domain
+them near a number of tokens, and the instruction templates of each domain
 (refactor, unit tests, schema, query, …). Both the benchmark workload and the
 trainer's data come from here, so they ask the same kinds of questions of
 disjoint files.

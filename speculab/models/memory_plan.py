@@ -20,11 +20,10 @@ from pathlib import Path
 
 from speculab.models.config import CONFIGS, ModelConfig
 from speculab.models.embedded import ensure_embedded_model
-from speculab.models.memory import SESSION_TOKENS, estimate, machine_memory_bytes
+from speculab.models.memory import DRAFTER_KINDS, SESSION_TOKENS, estimate, machine_memory_bytes
 
 WEIGHTS = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": "fp8", "awq-int4": "awq-int4", "gptq-int4": "gptq-int4"}
 KV_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-DRAFTER_KINDS = ("draft", "eagle", "eagle3")
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
@@ -102,7 +101,7 @@ def plan(args: argparse.Namespace) -> dict[str, dict]:
     setups = {"plain": estimate(target, **common)}
     for kind, config in args.drafter:
         drafter_cfg, raw = model_config(config) if config else (None, {})
-        options = {"draft_vocab": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
+        options = {"draft_vocab_size": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
         label = f"{kind}:{config}" if config else kind
         setups[label] = estimate(target, kind, drafter_cfg, drafter_tensor_parallel=args.drafter_tp, **common, **options)
     return setups

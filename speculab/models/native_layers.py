@@ -18,7 +18,7 @@ from speculab.models.linear import NativeLinear
 
 # Forwards of at most this many new tokens per row (decode steps, verifies of chains and small trees) use the
 # native attention, 1.2-2x faster there; longer ones (big trees, prefill chunks) ATen's flash attention, which
-# is faster from about 12 query rows per KV head on with the AVX2 kernel (benchmarks/forward_kernels.py). The
+# is faster from about 12 query rows per KV head on with the AVX2 kernel (benchmarks/forward_kernels.py native). The
 # AVX512 kernel, which reads keys and values once for all of a KV head's rows, is as fast as flash attention up
 # to q = 32 at least (BENCHMARKS.md, "Verify cost"), so there every verify tree up to 64 nodes keeps the bit-identity.
 ATTENTION_MAX_Q = 8

@@ -1,9 +1,10 @@
 // bf16_linear's kernel for CPUs with AMX: the same fp32 product of fp32 activations and bf16 weights, on the tiles.
 //
 // Why: from 8 rows up the AVX512 kernel's FMAs no longer hide under the weight reads (8 rows cost 1.2-1.3x one row,
-// 16 rows 2x; benchmarks/amx_probe.py). AMX multiplies bf16 pairs at about sixteen times the FMA rate, enough to do
-// the fp32 product three times over and still wait on memory at 16 rows (gate|up: 1.18x one row, not 1.9x). The
-// price: one row streams its weights 3-8% slower than the FMA kernel (see kPrefetchBlocks for what was tried).
+// 16 rows 2x; benchmarks/kernels_alone.py amx-probe). AMX multiplies bf16 pairs at about sixteen times the FMA
+// rate, enough to do the fp32 product three times over and still wait on memory at 16 rows (gate|up: 1.18x one row,
+// not 1.9x). The price: one row streams its weights 3-8% slower than the FMA kernel (see kPrefetchBlocks for what
+// was tried).
 //
 // How it stays an fp32 product: each activation is split exactly into three bf16 numbers, x = hi + mid + lo (hi
 // is x with its low 16 bits cleared, mid the same of x - hi, lo = x - hi - mid has at most 8 significant bits), and

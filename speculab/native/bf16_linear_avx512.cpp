@@ -3,7 +3,7 @@
 // Why: on AVX512 a one-lane-per-column kernel does twice the multiply-adds of the AVX2 one per instruction, and
 // with 32 vector registers a block of up to 8 rows shares each widened weight vector. A verify of q <= 8 rows
 // then reads the weights once at about the cost of one row (the arithmetic hides under the memory reads; see
-// benchmarks/machine_floor.py for the crossover), and more rows (batched decode, prefill) reuse each panel
+// benchmarks/forward.py machine-floor for the crossover), and more rows (batched decode, prefill) reuse each panel
 // from the L1/L2 cache, block after block.
 //
 // Every output element is still one FMA chain over k in order 0..K-1, the AVX2 kernels' chain: the result is

@@ -17,7 +17,7 @@ import threading
 
 
 def add_serve_parser(sub) -> None:
-    from speculab.methods import add_policy_flag
+    from speculab.policy.table import add_policy_flag
     from speculab.runtime import add_model_flags
     from speculab.sampling import add_sampling_verify_flag
 

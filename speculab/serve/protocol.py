@@ -153,8 +153,8 @@ class _Sampling(BaseModel):
             raise Unsupported(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}]", "logprobs")
         return self.logprobs
 
-    def sampling(self, max_tokens: int, model_stop_ids: frozenset[int], verify: str = "auto") -> SamplingParams:
-        """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does); ``verify``:
+    def sampling(self, max_tokens: int, model_stop_ids: frozenset[int], sampling_verify: str = "auto") -> SamplingParams:
+        """``model_stop_ids``: the model's own stop tokens, which ``stop_token_ids`` adds to (as vLLM does); ``sampling_verify``:
         the server's ``--sampling-verify``, where the request names none."""
         stops = None
         if self.stop_token_ids:  # ignore_eos drops the model's stop tokens, not the ones asked for
@@ -167,7 +167,7 @@ class _Sampling(BaseModel):
             seed=self.seed,
             stop_token_ids=stops,
             ignore_eos=self.ignore_eos and stops is None,
-            verify=self.sampling_verify or verify,
+            sampling_verify=self.sampling_verify or sampling_verify,
             logprobs=self.logprob_count(),
         )
 

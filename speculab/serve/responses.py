@@ -128,7 +128,7 @@ def usage(handle: Handle) -> dict:
 def sampled_with(handle: Handle) -> dict:
     """A coupled request's seed (the one it named, or the one drawn for it): sent again, it gives the same text."""
     noise = handle.request.noise if handle.request is not None else None
-    return {} if noise is None else {"sampling": {"verify": "coupled", "seed": noise.seed}}
+    return {} if noise is None else {"sampling": {"sampling_verify": "coupled", "seed": noise.seed}}
 
 
 def choice(kind: str, text: str, reason: str | None, delta: bool, logprobs: dict | None = None, index: int = 0) -> dict:

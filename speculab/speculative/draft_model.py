@@ -11,7 +11,7 @@ drawn from the request's own generator (so each request's draft randomness is
 its own), and returned with those probabilities so verification stays
 lossless; a request with position-keyed noise (coupled verification) takes the
 exponential race's token at each draft position instead (``_pick``). With a
-reduced draft vocabulary (``draft_vocab``: the most frequent tokens) its
+reduced draft vocabulary (``kept_token_ids``: the most frequent tokens) its
 lm_head scores only those: most of a small draft model's step is its
 vocabulary-wide lm_head.
 
@@ -33,17 +33,18 @@ from speculab.speculative.tree import Draft
 
 
 class DraftModelProposer(Proposer):
-    prefix_chains = True  # a capped draft is the first steps of the same autoregressive draft
+    prefix_chains = True  # a budgeted draft is the first steps of the same autoregressive draft
     name = "draft"
 
-    def __init__(self, model: Transformer, *, num_speculative_tokens: int, draft_vocab: torch.Tensor | None = None):
-        """``draft_vocab``: [n] target token ids the draft model may draft (FR-Spec); None: the whole vocabulary."""
+    def __init__(self, model: Transformer, *, num_speculative_tokens: int, kept_token_ids: torch.Tensor | None = None):
+        """``kept_token_ids``: [n] target token ids the draft model may draft (its draft vocabulary, FR-Spec); None:
+        the whole vocabulary."""
         if num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be at least 1")
         self.model = model
         self.k = self.max_draft_tokens = num_speculative_tokens
         self.device = model.norm.weight.device
-        self.reduced = None if draft_vocab is None else ReducedVocabulary.of(model, draft_vocab)
+        self.reduced = None if kept_token_ids is None else ReducedVocabulary.of(model, kept_token_ids)
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.model.config.vocab_size != target.vocab_size:
@@ -142,7 +143,7 @@ class DraftModelProposer(Proposer):
         lengths = start + torch.tensor([len(t) for t in tails], device=self.device)
         drafted: list[list[int]] = [[] for _ in reqs]
         dists: list[list[torch.Tensor | None]] = [[] for _ in reqs]
-        most = state.most_draft_nodes()  # a policy's cap: no step drafts more than any row may keep
+        most = state.largest_budget()  # no step drafts more than any row may keep
         k = self.k if most is None else max(1, min(self.k, most))
         for step in range(k):
             picked, probs = self._pick(logits, reqs, step)

@@ -54,10 +54,10 @@ class EagleProposer(Proposer):
         num_steps: int,
         topk: int,
         num_draft_tokens: int,
-        draft_vocab: Tensor | None = None,
+        kept_token_ids: Tensor | None = None,
     ):
-        """``draft_vocab``: [n] target token ids the head may draft (FR-Spec: the most frequent ones); its
-        logits then come from those n rows of the lm_head only. None: the whole vocabulary."""
+        """``kept_token_ids``: [n] target token ids the head may draft (its draft vocabulary, FR-Spec: the most
+        frequent ones); its logits then come from those n rows of the lm_head only. None: the whole vocabulary."""
         if num_steps < 1 or topk < 1 or num_draft_tokens < 2:
             raise ValueError("need num_steps >= 1, topk >= 1 and num_draft_tokens >= 2")
         self.head, self.target = head, target
@@ -66,14 +66,14 @@ class EagleProposer(Proposer):
         self.num_steps, self.topk = num_steps, topk
         most_nodes = topk + (num_steps - 1) * topk * topk
         self.max_draft_tokens = min(num_draft_tokens - 1, most_nodes)
-        if draft_vocab is not None:
-            self._reduce_vocabulary(draft_vocab)
+        if kept_token_ids is not None:
+            self._reduce_vocabulary(kept_token_ids)
 
     def _reduce_vocabulary(self, token_ids: Tensor) -> None:
         if getattr(self.head, "d2t", None) is not None:
-            raise ValueError("an EAGLE-3 head drafts over its own vocabulary; draft_vocab applies to EAGLE-1/2 heads")
+            raise ValueError("an EAGLE-3 head drafts over its own vocabulary, cut as it loads; kept_token_ids applies to EAGLE-1/2 heads")
         if token_ids.numel() < self.topk:
-            raise ValueError(f"draft_vocab keeps {token_ids.numel()} tokens, fewer than topk={self.topk}")
+            raise ValueError(f"the draft vocabulary keeps {token_ids.numel()} tokens, fewer than topk={self.topk}")
         self.reduced = ReducedVocabulary.of(self.target, token_ids)
 
     def _logits(self, hidden: Tensor) -> Tensor:
@@ -83,9 +83,9 @@ class EagleProposer(Proposer):
         return self.reduced.logits(hidden.to(self.target.dtype))
 
     def tree_shape(self, most: int | None) -> tuple[int, int, int]:
-        """(topk, num_steps, draft nodes kept) per row: the whole tree, or under a policy's cap of ``most`` nodes a
+        """(topk, num_steps, draft nodes kept) per row: the whole tree, or under a draft budget of ``most`` nodes a
         tree narrowed to fit it (no wider or deeper than the nodes kept), so a step whose verify is no longer free
-        (a large batch: the ``batch_budget`` preset) drafts towards a short chain."""
+        (a large batch: the ``shared:B`` policy) drafts towards a short chain."""
         if most is None:
             return self.topk, self.num_steps, self.max_draft_tokens
         keep = max(1, min(self.max_draft_tokens, most))
@@ -175,7 +175,7 @@ class EagleProposer(Proposer):
         reqs = state.requests
         slots = [r.slot for r in reqs]
         bsz = len(reqs)
-        k, num_steps, keep = self.tree_shape(state.most_draft_nodes())
+        k, num_steps, keep = self.tree_shape(state.largest_budget())
         root_logits, root_hidden = self._catch_up(reqs, slots)
         committed = torch.tensor([self.cache.lengths[s] for s in slots])
         logp = root_logits.log_softmax(-1)
@@ -213,7 +213,7 @@ class EagleProposer(Proposer):
         return self._rerank(torch.cat(cand_tokens, 1), torch.cat(cand_scores, 1), torch.cat(cand_parents, 1), keep)
 
     def _to_target(self, ids: Tensor) -> Tensor:
-        """Draft vocabulary ids to target ids (the kept tokens of ``draft_vocab``; EAGLE-3 maps its own)."""
+        """Draft vocabulary ids to target ids (``kept_token_ids``; EAGLE-3 maps its own)."""
         return ids if self.reduced is None else self.reduced.to_target(ids)
 
     def _tree_mask(self, committed: Tensor, ancestors: list[Tensor], slots_now: Tensor) -> Tensor:

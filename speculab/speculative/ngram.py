@@ -29,7 +29,7 @@ def lookup(sequence: np.ndarray, min_n: int, max_n: int, k: int) -> list[int]:
 
 class NgramProposer(Proposer):
     name = "ngram"
-    prefix_chains = True  # the lookup's continuation, cut at the cap
+    prefix_chains = True  # the lookup's continuation, cut at the budget
 
     def __init__(self, *, num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int):
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
@@ -41,8 +41,8 @@ class NgramProposer(Proposer):
 
     def propose(self, state: ProposeState) -> list[Draft]:
         drafts = []
-        caps = state.max_draft_nodes or [None] * len(state.requests)
-        for r, cap in zip(state.requests, caps, strict=True):
+        budgets = state.draft_budgets or [None] * len(state.requests)
+        for r, budget in zip(state.requests, budgets, strict=True):
             sequence = np.asarray(r.prompt_ids + r.output_ids, dtype=np.int64)
-            drafts.append(Draft.chain(lookup(sequence, self.min_n, self.max_n, self.k if cap is None else min(self.k, cap))))
+            drafts.append(Draft.chain(lookup(sequence, self.min_n, self.max_n, self.k if budget is None else min(self.k, budget))))
         return drafts

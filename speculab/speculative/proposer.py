@@ -50,16 +50,17 @@ class ProposeState:
     """What a proposer may read: the running requests, row i in slot i."""
 
     requests: list[RunningRequest]
-    # row i's most draft nodes this step (None: no cap), set by a policy (speculative/policy.py), which then keeps only
-    # that many of the draft; a proposer may use it to draft less, and must draft parents before their children
-    max_draft_nodes: list[int | None] | None = None
+    # row i's draft budget this step, the most draft nodes it may keep (None: none), set by a speculation policy
+    # (policy_proposer.py), which then keeps only that many of the draft; a proposer may use it to draft less, and must
+    # draft parents before their children
+    draft_budgets: list[int | None] | None = None
 
-    def most_draft_nodes(self) -> int | None:
-        """The most nodes any row may have this step; None: some row has no cap."""
-        caps = self.max_draft_nodes
-        if caps is None or any(c is None for c in caps):
+    def largest_budget(self) -> int | None:
+        """The largest draft budget of any row this step; None: some row has none."""
+        budgets = self.draft_budgets
+        if budgets is None or any(b is None for b in budgets):
             return None
-        return max(caps, default=None)
+        return max(budgets, default=None)
 
 
 class Proposer:
@@ -70,7 +71,7 @@ class Proposer:
     needs_features = False  # True when it reads the target's hidden states (EAGLE)
     feature_layers: tuple[int, ...] = ()  # target layers whose inputs form the features; () = the final hidden state
     learns_across_requests = False  # drafts from other requests' outputs too (suffix decoding's shared tree)
-    prefix_chains = False  # drafts chains, and a draft capped at c nodes is the first c of the uncapped one (tune uses it)
+    prefix_chains = False  # drafts chains, and a draft under a budget of c nodes is the first c of the whole one (tune uses it)
 
     @property
     def headroom(self) -> int:
@@ -112,7 +113,7 @@ class Proposer:
 
 class WrappedProposer(Proposer):
     """A proposer that is another one's in every part of the interface: the base of proposers that only decide
-    how much of the inner one's drafts a step uses (``policy.PolicyProposer``)."""
+    how much of the inner one's drafts a step uses (``policy_proposer.PolicyProposer``)."""
 
     def __init__(self, inner: Proposer):
         self.inner = inner

@@ -63,7 +63,7 @@ class SuffixCache:
 
 class SuffixProposer(Proposer):
     name = "suffix"
-    # a capped draft is the uncapped one's prefix unless a lower cap changes which match scores best (rare)
+    # a budgeted draft is the unbudgeted one's prefix unless a lower budget changes which match scores best (rare)
     prefix_chains = True
     learns_across_requests = True
 
@@ -89,15 +89,15 @@ class SuffixProposer(Proposer):
         self._slots[slot] = [key, 0]
 
     def propose(self, state: ProposeState) -> list[Draft]:
-        caps = state.max_draft_nodes or [None] * len(state.requests)
-        return [self._draft(slot, r, cap) for slot, (r, cap) in enumerate(zip(state.requests, caps, strict=True))]
+        budgets = state.draft_budgets or [None] * len(state.requests)
+        return [self._draft(slot, r, budget) for slot, (r, budget) in enumerate(zip(state.requests, budgets, strict=True))]
 
-    def _draft(self, slot: int, request, cap: int | None) -> Draft:
+    def _draft(self, slot: int, request, budget: int | None) -> Draft:
         key, seen = self._slots[slot]
         self.cache.add(key, request.output_ids[seen:])
         self._slots[slot][1] = len(request.output_ids)
         context = (request.prompt_ids + request.output_ids)[-self.cache.depth :]
-        most = self.k if cap is None else min(self.k, cap)
+        most = self.k if budget is None else min(self.k, budget)
         return Draft.chain(self.cache.speculate(key, context, most=most, factor=self.factor, floor=self.floor).token_ids)
 
     def move(self, src: int, dst: int) -> None:

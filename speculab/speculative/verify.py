@@ -84,7 +84,7 @@ def verify_coupled(tree: VerifyTree, target_probs: Tensor, noise: Tensor) -> Ver
     return verify_greedy(tree, target_probs / noise)
 
 
-def verify_sampled(tree: VerifyTree, target_probs: Tensor, generator: torch.Generator | None) -> Verdict:
+def verify_by_rejection(tree: VerifyTree, target_probs: Tensor, generator: torch.Generator | None) -> Verdict:
     """target_probs: [n, vocab] fp32, row i = the target's distribution after node i."""
     tokens = tree.tokens.tolist()
     children = tree.children()

@@ -146,7 +146,7 @@ def write_card(
         "",
         "## Training",
         "",
-        f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time budget'}).",
+        f"- {loop['steps_done']} steps in {loop['seconds'] / 60:.1f} min ({'finished' if loop['finished'] else 'stopped by the time limit'}).",
         f"- Final loss {loop['final'].get('loss', float('nan')):.4f}; "
         + ", ".join(f"{k} {v:.4f}" for k, v in loop["final"].items() if k not in ("step", "seconds", "lr", "loss"))
         + ".",

@@ -1,7 +1,8 @@
 """``speculab train eagle|eagle3|draft|data|vocab``: each kind with its own flags.
 
-Knows: which flags each kind takes (the target, the self-distilled data, the training loop, each
-drafter's sizes) and which function runs it (``pipeline.py``). Does not know: the work itself.
+Knows: the flags every drafter kind takes (the target, the self-distilled data, the training loop) and which function
+runs each kind (``pipeline.py``). A drafter kind is a method whose entry in ``methods.METHODS`` names a training recipe;
+the recipe adds its own flags (``recipes.py``). Does not know: the work itself.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speculab.methods import METHODS
 from speculab.runtime import add_model_flags
 
 
@@ -88,59 +90,11 @@ def _init_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _eagle3_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
-    p.add_argument("--ttt-steps", type=int, default=7, help="training-time test: steps the head is unrolled")
-    p.add_argument(
-        "--train-on",
-        choices=("all", "answers"),
-        default="all",
-        help="positions the loss counts: every one, or only those a head drafts from (the target's answers; the "
-        "shipped head, `make assets`): the unrolled steps then run on them alone, about half the time a step",
-    )
-    p.add_argument(
-        "--features",
-        choices=("cached", "online"),
-        default="cached",
-        help="cached: the three target layers' inputs are computed once per data folder (DATA_DIR/eagle3-features, "
-        "bf16, ~3.5 KB a token) and each step runs only the head, about a third of an online step here; online: "
-        "the target runs over every batch (nothing stored)",
-    )
-    p.add_argument(
-        "--feature-noise",
-        type=float,
-        default=0.0,
-        help="uniform noise on the fed features, this wide relative to each layer's RMS (EAGLE-1's ±0.1 on its "
-        "post-norm features is 0.09 of their median RMS here; 0: none)",
-    )
-
-
-def _draft_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--draft-vocab",
-        type=int,
-        default=8192,
-        help="score the loss over the N most frequent tokens plus --negatives others drawn each step "
-        "(several times cheaper per step on a CPU; 0: the whole vocabulary)",
-    )
-    p.add_argument("--negatives", type=int, default=1024)
-    p.add_argument("--hidden-size", type=int, default=192)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--intermediate-size", type=int, default=768)
-
-
 def _out_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="the head folder the ranking is written beside")
 
 
-KINDS = {  # kind -> (help, flag groups, command name in pipeline.py)
-    "eagle": ("an EAGLE-1/2 head (published layout)", (_target_flags, _data_flags, _training_flags, _init_flag), "cmd_train"),
-    "eagle3": (
-        "an EAGLE-3 head (published layout), with the training-time test",
-        (_target_flags, _data_flags, _training_flags, _init_flag, _eagle3_flags),
-        "cmd_train",
-    ),
-    "draft": ("a small draft model (HF layout)", (_target_flags, _data_flags, _training_flags, _init_flag, _draft_flags), "cmd_train"),
+OTHER_KINDS = {  # kind -> (help, flag groups, command name in pipeline.py); a method's kind is its entry's recipe
     "data": ("only make (or finish) the self-distilled data the trainers read", (_target_flags, _data_flags), "cmd_data"),
     "vocab": (
         "only write the token ranking (draft_vocab.safetensors) beside an existing head",
@@ -148,12 +102,21 @@ KINDS = {  # kind -> (help, flag groups, command name in pipeline.py)
         "cmd_vocab",
     ),
 }
+DRAFTER_FLAGS = (_target_flags, _data_flags, _training_flags, _init_flag)  # every drafter kind's, then its recipe's own
 
 
 def add_train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a drafter (EAGLE head or draft model) for a target")
     kinds = t.add_subparsers(dest="kind", required=True)
-    for kind, (help_text, groups, command) in KINDS.items():
+    for name, entry in METHODS.items():
+        if entry.recipe:
+            recipe = entry.recipe_class()
+            p = kinds.add_parser(name, help=recipe.HELP)
+            for add in DRAFTER_FLAGS:
+                add(p)
+            recipe.add_flags(p)
+            p.set_defaults(func=_command("cmd_train"))
+    for kind, (help_text, groups, command) in OTHER_KINDS.items():
         p = kinds.add_parser(kind, help=help_text)
         for add in groups:
             add(p)

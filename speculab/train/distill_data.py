@@ -60,7 +60,7 @@ def group_by_tokens(items: list, length: Callable[[object], int], batch_tokens: 
 
 
 def batches_by_tokens(sequences: list[tuple], batch_tokens: int, seed: int) -> Iterator[list]:
-    """Endless epochs; each shuffles, then groups sequences of similar length under a padded-token budget."""
+    """Endless epochs; each shuffles, then groups sequences of similar length under a cap on padded tokens."""
     epoch = 0
     while True:
         rng = random.Random(seed + epoch)

@@ -4,8 +4,8 @@ Knows: the head's inputs and targets (features f_0..f_{n-2} with tokens
 x_1..x_{n-1} predict f_1..f_{n-1}), the loss (1.0 · SmoothL1 on the features
 + 0.1 · soft cross-entropy between the target's and the head's next-token
 distributions through the frozen lm_head), the uniform feature noise (±0.1 at
-512 tokens, scaled by 512/length as in the reference code), batching by token
-budget, and writing the head in the published EAGLE layout (``config.json``
+512 tokens, scaled by 512/length as in the reference code), batching by a cap on
+tokens, and writing the head in the published EAGLE layout (``config.json``
 with ``bias: true``, ``model.safetensors`` with ``fc.*`` and ``layers.0.*``)
 so that speculab and the EAGLE reference code both load it.
 

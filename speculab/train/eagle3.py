@@ -57,7 +57,7 @@ STEP_DECAY = 0.8  # loss weight of step k: 0.8 ** k
 class Eagle3Batch:
     tokens: Tensor  # [batch, n] the sequences, padded
     features: Tensor  # [batch, n, 3 * hidden] the three target layers' inputs at each position
-    target_logp: Tensor  # [batch, n - start, draft_vocab] the target's next-token log-probabilities over the draft vocabulary, from position start on
+    target_logp: Tensor  # [batch, n - start, draft_vocab_size] the target's next-token log-probabilities over the draft vocabulary, from position start on
     in_draft_vocab: Tensor  # [batch, n - start] bool: the target's top-1 next token is in the draft vocabulary, from position start on
     lengths: Tensor  # [batch] real tokens per row
     first_query: Tensor  # [batch] the first position whose drafts the loss counts: the last prompt position (0: every one)
@@ -216,7 +216,7 @@ def ttt_loss(
     total = torch.zeros(())
     metrics: dict[str, Tensor] = {}
     for k, hidden in enumerate(unrolled_hidden(head, target, batch, steps)):
-        logp = head.logits(target, hidden).float().log_softmax(-1)  # [bsz, m, draft_vocab]
+        logp = head.logits(target, hidden).float().log_softmax(-1)  # [bsz, m, draft_vocab_size]
         predicted = t + 1 + k  # the target position whose next-token distribution step k learns
         column = (predicted - batch.start).clamp(max=n - 1 - batch.start)
         valid = drafts_here & (predicted[None, :] < batch.lengths[:, None] - 1) & batch.in_draft_vocab[:, column]
@@ -256,15 +256,15 @@ def save_eagle3_head(head: Eagle3Head, target_raw: dict, out: Path, dtype: torch
         m + "mlp.down_proj.weight": head.mlp.down_proj.weight,
     }
     state = {k: v.detach().to(dtype).contiguous() for k, v in weights.items()}
-    draft_vocab = head.lm_head.weight.shape[0]
-    target_ids = head.d2t + torch.arange(draft_vocab)
+    draft_vocab_size = head.lm_head.weight.shape[0]
+    target_ids = head.d2t + torch.arange(draft_vocab_size)
     t2d = torch.zeros(c.vocab_size, dtype=torch.bool)
     t2d[target_ids] = True
     state |= {"d2t": head.d2t.detach().clone(), "t2d": t2d}
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = head_config(target_raw) | {
         "architectures": ["LlamaForCausalLMEagle3"],
-        "draft_vocab_size": draft_vocab,
+        "draft_vocab_size": draft_vocab_size,
         "target_hidden_size": head.target_hidden,
         "torch_dtype": str(dtype).removeprefix("torch."),
     }

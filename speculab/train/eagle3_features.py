@@ -5,7 +5,7 @@ Knows:
   shard (same file name), tensor ``"<id>"`` [num_tokens - 1, 3 * hidden] in bf16: position t holds the
   inputs of the three layers (``eagle3_feature_layers``) after the target read token t, side by side;
 - who computes them: the target as the engine runs it (its kernels and packing), over each whole
-  sequence in one causal forward, batched by a token budget. At inference the head is fed the same
+  sequence in one causal forward, batched by a cap on tokens. At inference the head is fed the same
   model's features, so training sees what drafting sees;
 - that a cache made for another target or other layers is refused (``spec.json`` names them), and
   that a killed build resumes from the shards already written, with a progress bar.

@@ -1,7 +1,7 @@
-"""The training loop shared by the drafter trainers: schedule, budget, checkpoints, progress.
+"""The training loop shared by the drafter trainers: schedule, time limit, checkpoints, progress.
 
 Knows: AdamW with linear warm-up and linear decay, gradient clipping by value
-(the EAGLE recipe), a wall-clock budget (``max_minutes``: the run stops
+(the EAGLE recipe), a wall-clock limit (``max_minutes``: the run stops
 cleanly, saves, and can be resumed; it is the total over resumed runs),
 periodic checkpoints that ``resume`` continues from (model, optimiser, step,
 loss history), a checkpoint at Ctrl-C or SIGTERM too (a sitting ends without losing the
@@ -46,7 +46,7 @@ class LoopConfig:
 
 
 def lr_at(step: int, cfg: LoopConfig, elapsed_s: float = 0.0) -> float:
-    """Linear warm-up, then linear decay to 5% by the last step or the end of the time budget, whichever comes first."""
+    """Linear warm-up, then linear decay to 5% by the last step or the end of the time limit, whichever comes first."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     by_steps = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
@@ -57,7 +57,7 @@ def lr_at(step: int, cfg: LoopConfig, elapsed_s: float = 0.0) -> float:
 @dataclass
 class LoopResult:
     steps_done: int
-    finished: bool  # False when the time budget stopped it early
+    finished: bool  # False when the time limit stopped it early
     seconds: float
     history: list[dict]
 
@@ -111,7 +111,7 @@ def run(
     (out / LOG).write_text("".join(json.dumps(h) + "\n" for h in history))
     (out / "loop_config.json").write_text(json.dumps(asdict(cfg), indent=1))
     started = time.perf_counter() - spent
-    budget = cfg.max_minutes * 60 if cfg.max_minutes else float("inf")
+    limit = cfg.max_minutes * 60 if cfg.max_minutes else float("inf")
     finished = True
     model.train()
     previous = _stop_on_sigterm()
@@ -120,7 +120,7 @@ def run(
             for batch in batches(step):
                 if step >= cfg.steps:
                     break
-                if time.perf_counter() - started >= budget:
+                if time.perf_counter() - started >= limit:
                     finished = False
                     break
                 lr = lr_at(step, cfg, time.perf_counter() - started)

@@ -1,7 +1,7 @@
 """The work of ``speculab train``: from a target folder to a shipped drafter, in one command.
 
 Knows: the order of the work (self-distilled data with features, cached and
-resumable -> training under a time budget with checkpoints -> the checkpoint in
+resumable -> training under a time limit with checkpoints -> the checkpoint in
 its published layout -> held-out acceptance -> card and manifest) and where each
 piece is kept. Does not know: the flags (``cli.py``), each kind's model and loss
 (``recipes.py``, ``eagle.py``, ``eagle3.py``, ``draft.py``).
@@ -20,13 +20,13 @@ import torch
 
 from speculab import runtime
 from speculab.files import cache_dir, sha256_of
+from speculab.methods import method
 from speculab.models.draft_vocab import save_ranking
 from speculab.models.loading import load_model
 from speculab.train import loop
 from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
 from speculab.train.distill_data import batches_by_tokens, data_manifest, generate_sequences, load_features, record_code_windows
 from speculab.train.eagle3_features import cached_layer_features
-from speculab.train.recipes import RECIPES
 from speculab.train.training_prompts import AGENTIC_TOKENS, CodeSpec, DataSpec, held_out_prompts
 from speculab.train.vocab import rank_tokens
 
@@ -156,7 +156,7 @@ class TrainRun:
     args: argparse.Namespace
     command: list[str]
     loaded: object  # runtime.LoadedModel: the target
-    trainer: object  # the kind's module in recipes.RECIPES
+    trainer: object  # the kind's recipe class (its method's entry names it)
     recipe: object  # what trainer.setup returned: model, make_batch, step, save, load_for_eval, metrics
     data: dict
     started: float
@@ -172,7 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     sequences, items, data = _data(args, loaded, features=True)
     # Training needs the lm_head as a plain differentiable linear: an unpacked fp32 copy of the target.
     target = load_model(loaded.path, torch.float32, loaded.device, prepack=False)
-    trainer = RECIPES[args.kind]
+    trainer = method(args.kind).recipe_class()
     # counted once a run, if at all: a recipe's draft vocabulary and the ranking written beside it are the same
     ranking = functools.cache(lambda: rank_tokens(loaded.tokenizer, sequences, args.ranking_source_chars))
     run = TrainRun(args, command, loaded, trainer, trainer.setup(args, target, loaded, ranking), data, started)
@@ -192,7 +192,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(run: TrainRun, items) -> tuple[object, list[dict]]:
-    """The training loop (resumable, under its time budget), the checkpoint saved, its log and loss plot written."""
+    """The training loop (resumable, under its time limit), the checkpoint saved, its log and loss plot written."""
 
     args, recipe = run.args, run.recipe
     cfg = loop.LoopConfig(

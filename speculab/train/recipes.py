@@ -1,14 +1,16 @@
 """Each drafter kind's training recipe: its model, loss step, batches, saved layout and held-out check.
 
 Knows: how an EAGLE-1/2 head, an EAGLE-3 head and a draft model are built (optionally from a
-trained drafter's weights), which loss each trains with, how each is saved and evaluated
-(through ``speculab.methods``, like every other command), and its model card's summary.
+trained drafter's weights), its own flags, which loss each trains with, how each is saved and evaluated
+(through ``speculab.methods``, like every other command), and its model card's summary. Each method's entry in
+``methods.METHODS`` names its recipe here.
 Does not know: the data or the loop (``pipeline.py``, ``loop.py``); the pipeline hands each ``setup`` the data's
 token ranking as ``ranking()`` (ids [n], counts [n]), counted once a run for the recipe and the file beside it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ import torch
 import speculab.train.draft as draft_training
 import speculab.train.eagle as eagle_training
 import speculab.train.eagle3 as eagle3_training
-from speculab.methods import AUTO_DRAFT_VOCAB, METHODS, new_proposer, parse_method, proposer_options
+from speculab.methods import METHODS, new_proposer, parse_method, proposer_options
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 
@@ -71,6 +73,11 @@ def _evaluation(spec_text: str):
 
 class EagleRecipe:
     TITLE = "EAGLE-2 head for {target}"
+    HELP = "an EAGLE-1/2 head (published layout)"
+
+    @staticmethod
+    def add_flags(p: argparse.ArgumentParser) -> None:
+        """Nothing beyond every drafter kind's flags."""
 
     @staticmethod
     def setup(args, target, loaded, ranking):
@@ -80,7 +87,7 @@ class EagleRecipe:
             _start_from(head, args.init, lambda: load_eagle_head(args.init, target, torch.float32, prepack=False))
         step_fn = lambda batch: eagle_training.head_loss(head, target, batch)  # noqa: E731
 
-        load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
+        load_for_eval = _evaluation("eagle:num_steps=5,topk=8,num_draft_tokens=32,policy=off,draft_vocab=none")
         return Recipe(
             head,
             step_fn,
@@ -109,6 +116,34 @@ class EagleRecipe:
 
 class Eagle3Recipe:
     TITLE = "EAGLE-3 head for {target}"
+    HELP = "an EAGLE-3 head (published layout), with the training-time test"
+
+    @staticmethod
+    def add_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--draft-vocab", type=int, default=8192, help="the head's vocabulary: the most frequent tokens")
+        p.add_argument("--ttt-steps", type=int, default=7, help="training-time test: steps the head is unrolled")
+        p.add_argument(
+            "--train-on",
+            choices=("all", "answers"),
+            default="all",
+            help="positions the loss counts: every one, or only those a head drafts from (the target's answers; the "
+            "shipped head, `make assets`): the unrolled steps then run on them alone, about half the time a step",
+        )
+        p.add_argument(
+            "--features",
+            choices=("cached", "online"),
+            default="cached",
+            help="cached: the three target layers' inputs are computed once per data folder (DATA_DIR/eagle3-features, "
+            "bf16, ~3.5 KB a token) and each step runs only the head, about a third of an online step here; online: "
+            "the target runs over every batch (nothing stored)",
+        )
+        p.add_argument(
+            "--feature-noise",
+            type=float,
+            default=0.0,
+            help="uniform noise on the fed features, this wide relative to each layer's RMS (EAGLE-1's ±0.1 on its "
+            "post-norm features is 0.09 of their median RMS here; 0: none)",
+        )
 
     @staticmethod
     def setup(args, target, loaded, ranking):
@@ -123,7 +158,7 @@ class Eagle3Recipe:
         step_fn = lambda batch: eagle3_training.ttt_loss(head, target, batch, args.ttt_steps, args.feature_noise)  # noqa: E731
         batch_of = eagle3_training.make_cached_batch if args.features == "cached" else eagle3_training.make_batch
 
-        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none,draft_vocab=none")
+        load_for_eval = _evaluation("eagle3:num_steps=5,topk=8,num_draft_tokens=32,policy=off,draft_vocab=none")
         return Recipe(
             head,
             step_fn,
@@ -166,12 +201,27 @@ class Eagle3Recipe:
             "Use it with `--method eagle3 --eagle DIR` (num_steps 5, topk 8, num_draft_tokens 32 in the figures below).",
             "Beside it, `draft_vocab.safetensors` ranks the tokens by frequency (the training data and the training "
             f"share of the sources): `draft_vocab=auto` (the default) keeps the head's rows of the "
-            f"{AUTO_DRAFT_VOCAB['eagle3']:,} most frequent.",
+            f"{METHODS['eagle3'].auto_draft_vocab:,} most frequent.",
         ]
 
 
 class DraftRecipe:
     TITLE = "Draft model for {target}"
+    HELP = "a small draft model (HF layout)"
+
+    @staticmethod
+    def add_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--draft-vocab",
+            type=int,
+            default=8192,
+            help="score the loss over the N most frequent tokens plus --negatives others drawn each step "
+            "(several times cheaper per step on a CPU; 0: the whole vocabulary)",
+        )
+        p.add_argument("--negatives", type=int, default=1024)
+        p.add_argument("--hidden-size", type=int, default=192)
+        p.add_argument("--layers", type=int, default=3)
+        p.add_argument("--intermediate-size", type=int, default=768)
 
     @staticmethod
     def setup(args, target, loaded, ranking):
@@ -225,6 +275,3 @@ class DraftRecipe:
             "Use it with `--method draft --draft DIR` (acceptance below with num_speculative_tokens 5; "
             "acceptance rate = accepted draft tokens / draft tokens, as vLLM defines it).",
         ]
-
-
-RECIPES = {"eagle": EagleRecipe, "eagle3": Eagle3Recipe, "draft": DraftRecipe}

@@ -1,4 +1,5 @@
-"""``speculab tune``: choose a method's draft cap per batch size from measurements, check it, keep it.
+"""``speculab tune``: choose a method's speculation policy (its draft budget per batch size) from measurements, check
+it, keep it.
 
 ``--engine speculab`` (the default) measures speculab's own engine and keeps the policy where ``--policy auto`` finds
 it; ``--engine vllm`` measures the real vLLM that will serve (``on_vllm.py``) and writes its policy and vLLM's
@@ -20,14 +21,14 @@ def add_tune_parser(sub) -> None:
     from speculab.runtime import add_model_flags
     from speculab.tune.run import BATCH_SIZES, CHECK_STEPS
 
-    t = sub.add_parser("tune", help="measure a method on this machine and choose its draft cap per batch size (--policy auto)")
+    t = sub.add_parser("tune", help="measure a method on this machine and choose its draft budget per batch size (--policy auto)")
     t.add_argument("--method", default="eagle", help="a speculative method as `speculab bench` names it (default: eagle)")
     t.add_argument(
         "--engine",
         choices=ENGINES,
         default="speculab",
         help="speculab: its own engine (the policy --policy auto reads); vllm: one real vLLM launch per draft length, "
-        "then the schedule relaunched and checked (the environment `make vllm` makes)",
+        "then the chosen policy relaunched and checked (the environment `make vllm` makes)",
     )
     t.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
     t.add_argument(
@@ -104,15 +105,16 @@ def tune_speculab(args: argparse.Namespace) -> dict:
 def _tune_vllm(args: argparse.Namespace) -> dict:
     from speculab.bench.report import build_report
     from speculab.launch.cli import launch_spec
-    from speculab.methods import POLICY
+    from speculab.methods import POLICY, without_policy
     from speculab.tune.on_vllm import tune_vllm
     from speculab.tune.report import print_engine_report
 
     spec = launch_spec(args.method, args.draft, args.model is not None)
     if POLICY not in spec.params:
         raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
-    if spec.params[POLICY] is not None:
-        raise ValueError("--method: tune chooses the schedule; name the method without a policy")
+    if spec.params[POLICY] != spec.method.defaults[POLICY]:
+        raise ValueError("--method: tune chooses the policy; name the method without one")
+    spec = without_policy(spec)
     out = args.out or Path("runs") / f"tune-vllm-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
     record = tune_vllm(args, spec, out)
     record |= build_report(out / "results.jsonl", out)

@@ -1,7 +1,7 @@
-"""``speculab tune``'s runs, in order: warm the prompt cache, sweep the caps at each batch size, check the policy.
+"""``speculab tune``'s runs, in order: warm the prompt cache, sweep the budgets at each batch size, check the policy.
 
 Knows: the loaded target, the method's proposer options, the prompts and how many requests each batch size needs
-for enough clean steps per cap. Does not know: the cost arithmetic (``cost_model.py``) or the command line.
+for enough clean steps per budget. Does not know: the cost arithmetic (``cost_model.py``) or the command line.
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ from tqdm import tqdm
 
 from speculab.engine import Engine, PromptCache
 from speculab.methods import MethodSpec, new_proposer
+from speculab.policy.table import SpeculationPolicy
 from speculab.sampling import SamplingParams
-from speculab.speculative.policy import SpeculationPolicy
 from speculab.tune.cost_model import mean, standard_error
-from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_caps, run_steps
+from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_budgets, run_steps
 
 COVER = 12  # every run takes at least this many prompts: three of each domain
-TIMED_BLOCKS = 3  # per cap and batch size, at least: each block's first step is not timed
+TIMED_BLOCKS = 3  # per budget and batch size, at least: each block's first step is not timed
 
 
 @dataclass
 class Tuning:
-    """What every run shares: the target, the method and its options, the prompts (token ids and domains)."""
+    """What every run shares: the target, the method (without a policy: the tuner sets the budgets) and its options,
+    the prompts (token ids and domains)."""
 
     loaded: object
     spec: MethodSpec
@@ -55,12 +56,12 @@ def warm_prompt_cache(t: Tuning) -> PromptCache:
     return cache
 
 
-def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], caps: list[int]) -> list[Step]:
-    """Clean steps at every batch size, each cap in turn for ``BLOCK`` steps."""
+def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], budgets: list[int]) -> list[Step]:
+    """Clean steps at every batch size, each budget in turn for ``BLOCK`` steps."""
     steps: list[Step] = []
-    for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}: caps {caps}", unit="batch size", disable=not t.progress):
-        run = t.run(b, len(caps) * BLOCK * (TIMED_BLOCKS + 1))
-        steps += run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(), run, cache, cycling_caps(caps))
+    for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}: budgets {budgets}", unit="batch size", disable=not t.progress):
+        run = t.run(b, len(budgets) * BLOCK * (TIMED_BLOCKS + 1))
+        steps += run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(), run, cache, cycling_budgets(budgets))
     return steps
 
 

@@ -2,11 +2,11 @@
 
 The order: one vLLM launch per candidate draft length k (0 = plain decoding, up to the method's chain), each server
 warmed up with every prompt once, then at each batch size a short untimed pass and ``repeats`` timed passes of output
-tok/s, with vLLM's own ``/metrics`` counters; the choice (``schedule.choose``); the policy written to
+tok/s, with vLLM's own ``/metrics`` counters; the choice (``engine_choice.choose_for_server``); the policy written to
 ``OUT/policy.json`` and as vLLM's ``num_speculative_tokens_per_batch_size`` (``speculab.launch.vllm``); a relaunch with
-that schedule, measured at every batch size and compared with each fixed k (``schedule.check``). On vLLM's CPU build
+that policy, measured at every batch size and compared with each fixed k (``engine_choice.check``). On vLLM's CPU build
 the candidates run side by side, taking turns pass by pass while the others are paused (``server_turns.py``), and
-plain decoding and the chosen draft lengths take turns with the relaunched schedule too, so that a small machine's
+plain decoding and the chosen draft lengths take turns with the relaunched policy too, so that a small machine's
 drift reaches every figure compared (BENCHMARKS.md, "`speculab tune --engine vllm`"); on a GPU they run one at a
 time. Every cell goes to ``OUT/results.jsonl`` as ``speculab bench --engine vllm`` writes them, so ``speculab report``
 reads it and ``--resume`` continues a killed tune; the tune's own record follows the cells.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from speculab.bench.over_http.launched_engines import ReferenceModel, check_plans, engine_label, write_cell
+from speculab.bench.over_http.launched_engines import ReferenceModel, check_commands, engine_label, write_cell
 from speculab.bench.over_http.server_turns import Fleet, passes_in_turns
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.resume import FLAGS, recorded_config, refuse_contradictions
@@ -32,12 +32,12 @@ from speculab.bench.runner import run_record
 from speculab.bench.settings import BenchConfig, RunContext, run_state
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.launch.prepare import prepare
-from speculab.launch.vllm import chain_length
-from speculab.methods import BUDGET, POLICY, MethodSpec, parse_method
+from speculab.methods import POLICY, MethodSpec, as_chain, chain_length
+from speculab.policy.engines import vllm_budget
+from speculab.policy.table import SpeculationPolicy
 from speculab.runtime import hardware_dtype
-from speculab.speculative.policy import SpeculationPolicy
 from speculab.testbed import testbed
-from speculab.tune.schedule import Measured, check, choose_schedule, drafting_or_plain
+from speculab.tune.engine_choice import Measured, check, choose_for_server, drafting_or_plain
 
 ENGINE = "vllm"
 MAX_BESIDE = 3  # fixed draft lengths alive beside the check's server: each vLLM-CPU server holds about 3.5 GiB
@@ -45,18 +45,9 @@ MIN_PROMPTS = 4  # a batch-1 pass of 4 prompts x 64 tokens takes about 5 s of vL
 TUNE_FLAGS = {**FLAGS, "methods": "--method/--draft", "profile": "--engine"}
 
 
-def with_chain(spec: MethodSpec, k: int) -> MethodSpec:
-    """``spec`` drafting chains of ``k`` tokens as vLLM runs it (k = 0: plain decoding)."""
-    if k == 0:
-        return parse_method("baseline")
-    if spec.name in ("eagle", "eagle3"):  # vLLM verifies chains: one child a step, no batch budget
-        return MethodSpec(spec.name, {**spec.params, "num_steps": k, "topk": 1, "num_draft_tokens": k + 1, BUDGET: None})
-    return MethodSpec(spec.name, {**spec.params, "num_speculative_tokens": k})
-
-
 def candidates(spec: MethodSpec) -> list[MethodSpec]:
-    """Plain decoding, then every chain length up to the method's."""
-    return [with_chain(spec, k) for k in range(chain_length(spec) + 1)]
+    """Plain decoding, then every chain length up to the method's (``as_chain``: vLLM verifies chains)."""
+    return [as_chain(spec, k) for k in range(chain_length(spec) + 1)]
 
 
 def prompts_per_batch(batch_sizes: tuple[int, ...], num_prompts: int) -> dict[int, int]:
@@ -111,7 +102,7 @@ def tune_vllm(args: argparse.Namespace, spec: MethodSpec, out: Path) -> dict:
         sizes = prompts_per_batch(cfg.batch_sizes, cfg.num_prompts)
         items = interleave_domains(load_workload(cfg.workload), cfg.num_prompts)
         reference = ReferenceModel(cfg.model, cfg.dtype)
-        check_plans([ENGINE], cfg, reference.path, out)  # every candidate's command, before anything runs
+        check_commands([ENGINE], cfg, reference.path, out)  # every candidate's command, before anything runs
         results.append(run_record(cfg, state.run_id, None, bool(state.done), {}) | {"prompts_per_batch": sizes})
         passes = (len(cfg.methods) + 1) * sum(sizes.values()) * cfg.max_tokens * cfg.repeats
         with tqdm(total=passes, desc=f"tune {ENGINE} {spec.name}", unit="tok", disable=args.quiet, smoothing=0.05) as bar:
@@ -132,31 +123,31 @@ def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: Ref
     k_of = {engine_label(ENGINE, c): k for k, c in enumerate(cfg.methods)}
     texts = _baselines(run)
     with Fleet(ENGINE, run, reference, items) as fleet:
-        plain_plan = prepare(
+        plain_command = prepare(
             ENGINE, cfg.methods[0], reference.path, run.out / "servers", tp=cfg.tp, python=cfg.engine_python, print_only=True
         )
         # side by side, taking turns (server_turns.py), on vLLM's CPU build, whose speed drifts with a small shared
         # machine's; on a GPU one at a time, as each vLLM takes most of the GPU's memory
-        at_once = plain_plan.cpu
+        at_once = plain_command.cpu
         _sweep(run, fleet, items, sizes, texts, at_once)
         measured = measured_cells(run.results, run.state.run_id, k_of)
-        chosen = choose_schedule(measured)
-        policy = SpeculationPolicy.from_caps(chosen)
+        chosen = choose_for_server(measured)
+        policy = SpeculationPolicy.by_batch_size(chosen)  # a chain of k tokens is a budget of k draft nodes
         policy_path = run.out / "policy.json"
         policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
         record = dict(k_of=k_of, measured=measured, policy=policy, chosen=chosen)
         if not any(chosen.values()):  # plain decoding at every batch size: vLLM without --speculative-config
-            launch = {"command": "no --speculative-config: plain decoding at every batch size", "version": str(plain_plan.version)}
+            launch = {"command": "no --speculative-config: plain decoding at every batch size", "version": str(plain_command.version)}
             return tune_record(run, spec, **record, checked=[m for m in measured if m.k == 0], beside=[], launch=launch)
-        longest = with_chain(spec, max(chosen.values()))  # vLLM drafts no more than the schedule's most
-        scheduled = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
+        longest = as_chain(spec, max(chosen.values()))  # vLLM drafts no more than the policy's most
+        under_policy = MethodSpec(spec.name, {**longest.params, POLICY: str(policy_path.resolve())})
         keep = beside_the_check(chosen, measured) if at_once else []
         fixed = [c for c in cfg.methods if k_of[engine_label(ENGINE, c)] in keep]
-        check_schedule(run, fleet, scheduled, beside=fixed, items=items, sizes=sizes, texts=texts)
-    label = engine_label(ENGINE, scheduled)
+        check_policy(run, fleet, under_policy, beside=fixed, items=items, sizes=sizes, texts=texts)
+    label = engine_label(ENGINE, under_policy)
     checked, beside = checked_cells(run.results, run.state.run_id, label, k_of)
     checked = [replace(c, k=chosen[c.batch_size]) for c in checked]
-    command = prepare(ENGINE, scheduled, reference.path, run.out / "servers", tp=cfg.tp, dtype=cfg.dtype, python=cfg.engine_python)
+    command = prepare(ENGINE, under_policy, reference.path, run.out / "servers", tp=cfg.tp, dtype=cfg.dtype, python=cfg.engine_python)
     launch = command.record() | {"explained": command.explain(), "method": f"{longest.text},policy={policy_path}"}
     return tune_record(run, spec, **record, checked=checked, beside=beside, launch=launch)
 
@@ -185,7 +176,7 @@ def _cell_args(fleet: Fleet, items, batch_size: int, passes, texts: dict[int, li
 
 
 def beside_the_check(chosen: dict[int, int], measured: list[Measured]) -> list[int]:
-    """The fixed draft lengths measured again beside the relaunched schedule, taking turns with it: plain decoding,
+    """The fixed draft lengths measured again beside the relaunched policy, taking turns with it: plain decoding,
     the chosen ones (most batch sizes first), then each batch size's best; at most ``MAX_BESIDE`` (memory)."""
     by_use = sorted(set(chosen.values()), key=lambda k: (-list(chosen.values()).count(k), k))
     best = [max((m for m in measured if m.batch_size == b), key=lambda m: m.median).k for b in sorted(chosen)]
@@ -196,23 +187,23 @@ def beside_the_check(chosen: dict[int, int], measured: list[Measured]) -> list[i
     return keep
 
 
-def check_schedule(run: RunContext, fleet: Fleet, scheduled: MethodSpec, *, beside: list[MethodSpec], items, sizes, texts) -> None:
-    """The schedule relaunched and measured at each batch size still pending, taking turns with ``beside`` (fixed
+def check_policy(run: RunContext, fleet: Fleet, under_policy: MethodSpec, *, beside: list[MethodSpec], items, sizes, texts) -> None:
+    """The policy relaunched and measured at each batch size still pending, taking turns with ``beside`` (fixed
     draft lengths, their passes kept in the check's cells as ``beside``); the sweep's other servers stopped first."""
     wanted = {engine_label(ENGINE, c) for c in beside}
     for label in [label for label in fleet.servers if label not in wanted]:
         fleet.stop(label)
-    label = engine_label(ENGINE, scheduled)
+    label = engine_label(ENGINE, under_policy)
     sizes_left = [b for b in run.cfg.batch_sizes if run.state.pending(label, b)]
     if not sizes_left:
         return
     missing = [c for c in beside if engine_label(ENGINE, c) not in fleet.servers]  # a resumed check
-    schedule, *_ = fleet.launch_all([scheduled, *missing])
+    relaunched, *_ = fleet.launch_all([under_policy, *missing])
     servers = [fleet.servers[engine_label(ENGINE, c)] for c in beside]
     for b in sizes_left:
-        passes = passes_in_turns([schedule, *servers], items[: sizes[b]], b, run)
+        passes = passes_in_turns([relaunched, *servers], items[: sizes[b]], b, run)
         extra = {"beside": {s.label: [p.tok_s for p in passes[s.label]] for s in servers}}
-        write_cell(run, schedule, **_cell_args(fleet, items[: sizes[b]], b, passes[label], texts), extra=extra)
+        write_cell(run, relaunched, **_cell_args(fleet, items[: sizes[b]], b, passes[label], texts), extra=extra)
 
 
 def checked_cells(results: ResultsFile, run_id: str, label: str, k_of: dict[str, int]) -> tuple[list[Measured], list[Measured]]:
@@ -237,7 +228,8 @@ def tune_record(
     beside: list[Measured],
     launch: dict,
 ) -> dict:
-    """The tune's record: each k's tok/s by batch size, the choice, the schedule, its check, the command."""
+    """The tune's record: each k's tok/s by batch size, the choice, the policy in vLLM's setting, its check, the
+    command."""
     checked_by_size = check(measured, checked, chosen, beside)
     options = drafting_or_plain(measured)
     return {
@@ -250,13 +242,13 @@ def tune_record(
         "candidates": k_of,
         "sweep": {str(b): {str(m.k): m.summary() for m in sorted(measured, key=lambda m: m.k) if m.batch_size == b} for b in chosen},
         "chosen": {str(b): k for b, k in chosen.items()},
-        # speculation is on or off for the whole server: the schedule that loses least where it loses most
+        # speculation is on or off for the whole server: the choice that loses least where it loses most
         "drafting_or_plain": options | {"drafting": {str(b): k for b, k in options["drafting"].items()}},
         "policy": policy.to_dict(),
         "policy_file": str(run.out / "policy.json"),
-        "schedule": policy.ranges(),
+        "per_batch_size": vllm_budget(policy, max(chosen.values())).config.get("num_speculative_tokens_per_batch_size", []),
         "check": {str(b): c for b, c in checked_by_size.items()},
-        # where vLLM without a speculative config beats the schedule beyond the spread: serve those loads plainly
+        # where vLLM without a speculative config beats the policy beyond the spread: serve those loads plainly
         "plain_faster_at": [b for b, c in checked_by_size.items() if c["plain_se_below"] > 1.0],
         "launch": launch,
     }

@@ -1,4 +1,5 @@
-"""``speculab tune``'s table: predicted tok/s per batch size and cap, the choice, its check, the engines' settings."""
+"""``speculab tune``'s table: predicted tok/s per batch size and draft budget, the choice, its check, the engines'
+settings."""
 
 from __future__ import annotations
 
@@ -7,35 +8,37 @@ import sys
 
 def print_report(record: dict, out=None) -> None:
     out = out or sys.stdout  # looked up now: a test's captured stdout, not the one at import
-    cells, caps = record["cost_model"]["cells"], record["caps"]
+    cells, budgets = record["cost_model"]["cells"], record["budgets"]
     tau = record["cost_model"]["acceptance"]["tau"]
     print(
         f"{record['method']} on {record['testbed']['cpu']} ({record['dtype']}, KV cache {record['kv_dtype']}, {record['linear_kernels']})",
         file=out,
     )
-    print("tokens a step (tau) by cap: " + ", ".join(f"{c}: {tau[str(c)]:.2f}" for c in caps if str(c) in tau), file=out)
+    print("tokens a step (tau) by draft budget: " + ", ".join(f"{c}: {tau[str(c)]:.2f}" for c in budgets if str(c) in tau), file=out)
     print(
-        f"{'batch':>5s}  " + "  ".join(f"{'cap ' + str(c):>14s}" for c in caps) + f"  {'chosen':>6s}  {'checked':>9s}  {'error':>6s}",
+        f"{'batch':>5s}  " + "  ".join(f"{'budget ' + str(c):>14s}" for c in budgets) + f"  {'chosen':>6s}  {'checked':>9s}  {'error':>6s}",
         file=out,
     )
     for b in record["batch_sizes"]:
-        row = {c["cap"]: c for c in cells if c["batch_size"] == b}
-        shown = [f"{row[c]['predicted_tok_s']:7.1f} ({row[c]['step_ms']:4.0f}ms)" if c in row else f"{'-':>14s}" for c in caps]
+        row = {c["budget"]: c for c in cells if c["batch_size"] == b}
+        shown = [f"{row[c]['predicted_tok_s']:7.1f} ({row[c]['step_ms']:4.0f}ms)" if c in row else f"{'-':>14s}" for c in budgets]
         chosen = record["chosen"].get(str(b), "-")
         check = record["check"].get(str(b))
         checked = (
             f"{check['tok_s']:9.1f}  {100 * check['error']:+5.1f}%" if check and check["error"] is not None else f"{'-':>9s}  {'-':>6s}"
         )
         print(f"{b:5d}  " + "  ".join(shown) + f"  {chosen:>6}  {checked}", file=out)
-    print("chosen: the smallest cap within one standard error of the best prediction (in the costs file)", file=out)
-    print(f"policy: {record['policy']['by_batch_size']} (smallest batch size: most draft nodes a request; 0 = plain)", file=out)
+    print("chosen: the smallest draft budget within one standard error of the best prediction (in the costs file)", file=out)
+    rules = ", ".join(f"from batch {r['batch_size']}: {r['draft_nodes']}" for r in record["policy"]["draft_budget"])
+    print(f"policy: {rules} (draft nodes a request; 0 = plain decoding)", file=out)
     if record.get("corrected"):
         print(f"the check measured the policy below plain decoding at batch sizes {record['corrected']}: plain decoding there", file=out)
     for engine, said in record["engines"].items():
-        print(
-            f"{engine} ({said['basis']}): {said['settings']}" + (f"  (cannot express: {said['cannot']})" if said.get("cannot") else ""),
-            file=out,
-        )
+        print(f"{engine} {said['version']} ({said['basis']}): {said['settings']}", file=out)
+        for name, text in said["files"].items():
+            print(f"  {name}: {text}", file=out)
+        for note in said["notes"]:
+            print(f"  note: {note}", file=out)
     print(f"written: {record['policy_file']} (--policy auto reads it) and {record['costs_file']}", file=out)
 
 
@@ -61,14 +64,14 @@ def print_engine_report(record: dict, out=None) -> None:
         checked = f"{c['checked']['tok_s']:7.1f} ±{c['checked']['se']:4.1f}  {c['predicted']['tok_s']:7.1f} ±{c['predicted']['se']:4.1f}"
         ratios = f"{c['vs_plain']:7.2f}x  {c['vs_best_fixed']:6.2f}x  {100 * c['error']:+5.1f}%  {100 * c.get('error_vs_sweep', c['error']):+7.1f}%"
         print(f"{int(b):5d}  {shown}  {c['chosen_k']:>6}  {checked}  {ratios}", file=out)
-    print("chosen: the smallest k within one standard error of the best; checked: vLLM relaunched with the schedule;", file=out)
+    print("chosen: the smallest k within one standard error of the best; checked: vLLM relaunched with the policy;", file=out)
     print(
         "predicted: the chosen k's tok/s, measured again beside the check where it took turns with it "
         "(then plain and best too); vs sweep: the check against the sweep's cell of the chosen k, minutes earlier",
         file=out,
     )
     if any(record["chosen"].values()):
-        print(f"schedule (num_speculative_tokens_per_batch_size): {record['schedule']}", file=out)
+        print(f"num_speculative_tokens_per_batch_size: {record['per_batch_size']}", file=out)
     options = record.get("drafting_or_plain")
     if options and any(options["drafting"].values()):
         print(
@@ -79,7 +82,7 @@ def print_engine_report(record: dict, out=None) -> None:
         )
     if record.get("plain_faster_at") and any(record["chosen"].values()):
         print(
-            f"at batch sizes {record['plain_faster_at']} vLLM without --speculative-config is faster than the schedule beyond the "
+            f"at batch sizes {record['plain_faster_at']} vLLM without --speculative-config is faster than the policy beyond the "
             "spread (vLLM cannot switch speculation off inside it): at such loads, serve plainly",
             file=out,
         )

@@ -7,14 +7,14 @@ import json
 import math
 
 from speculab.bench.workload import interleave_domains, load_workload
-from speculab.methods import POLICY, new_proposer, parse_method, proposer_options
+from speculab.methods import POLICY, new_proposer, parse_method, proposer_options, without_policy
 from speculab.models.linear import linear_kind
+from speculab.policy.store import machine_id, tuned_paths
+from speculab.policy.table import SpeculationPolicy
 from speculab.runtime import load
-from speculab.speculative.policy import SpeculationPolicy
-from speculab.speculative.policy_store import machine_id, tuned_paths
 from speculab.testbed import testbed
 from speculab.tune.cost_model import CostModel
-from speculab.tune.engines import engine_settings
+from speculab.tune.engine_settings import engine_settings
 from speculab.tune.measure import Tuning, check, sweep, warm_prompt_cache
 
 # a drafter that learns from earlier outputs (suffix decoding's shared tree) would learn a prompt's output the first
@@ -29,8 +29,9 @@ def tuning(args: argparse.Namespace) -> Tuning:
     spec = parse_method(args.method)
     if POLICY not in spec.params:
         raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
-    if spec.params[POLICY] is not None:
+    if spec.params[POLICY] != spec.method.defaults[POLICY]:
         raise ValueError("--method: tune chooses the policy; name the method without one")
+    spec = without_policy(spec)  # the sweep sets every budget itself, up to all the method drafts
     loaded = load(args.model, args.dtype, args.device, args.kv_dtype)
     options = proposer_options(spec, loaded)
     wanted = args.num_prompts
@@ -60,17 +61,20 @@ def tune_with_defaults(
 def tune(args: argparse.Namespace) -> dict:
     t = tuning(args)
     proposer = t.proposer()
-    caps = list(range(proposer.max_draft_tokens + 1))
+    budgets = list(range(proposer.max_draft_tokens + 1))
     cache = warm_prompt_cache(t)
-    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, caps), chains=proposer.prefix_chains)
-    chosen = {b: model.best(b).cap for b in args.batch_sizes}
+    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, budgets), chains=proposer.prefix_chains)
+    chosen = {b: model.best(b).budget for b in args.batch_sizes}
     checked = check(t, cache, args.batch_sizes, model.policy(), args.check_steps) if args.check_steps else {}
     for b, c in checked.items():
         c["predicted_tok_s"] = model.best(b).predicted_tok_s
         c["error"] = c["tok_s"] / c["predicted_tok_s"] - 1 if c["predicted_tok_s"] else None
     corrected = [b for b, c in checked.items() if chosen[b] and below_plain(model, b, c)]
-    policy = SpeculationPolicy.from_caps({b: 0 if b in corrected else cap for b, cap in chosen.items()})
+    policy = SpeculationPolicy.by_batch_size({b: 0 if b in corrected else budget for b, budget in chosen.items()})
     lm = t.loaded
+    policy_path, costs_path = tuned_paths(lm, t.spec.text)
+    policy_path.parent.mkdir(parents=True, exist_ok=True)
+    policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
     record = {
         "method": t.spec.label,
         "spec": t.spec.text,
@@ -80,20 +84,17 @@ def tune(args: argparse.Namespace) -> dict:
         "linear_kernels": linear_kind(lm.model),
         "machine_id": machine_id(),
         "testbed": testbed(),
-        "caps": caps,
+        "budgets": budgets,
         "batch_sizes": args.batch_sizes,
         "num_prompts": len(t.prompts),
         "max_tokens": t.max_tokens,
         "cost_model": model.to_dict(),
-        "chosen": {str(b): cap for b, cap in chosen.items()},
+        "chosen": {str(b): budget for b, budget in chosen.items()},
         "corrected": corrected,
         "policy": policy.to_dict(),
         "check": {str(b): c for b, c in checked.items()},
-        "engines": engine_settings(t.spec, policy),
+        "engines": engine_settings(t.spec, policy_path),
     }
-    policy_path, costs_path = tuned_paths(lm, t.spec.text)
-    policy_path.parent.mkdir(parents=True, exist_ok=True)
-    policy_path.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")
     costs_path.write_text(json.dumps(record, indent=1) + "\n")
     if args.out is not None:
         args.out.write_text(json.dumps(policy.to_dict(), indent=1) + "\n")

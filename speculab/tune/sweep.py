@@ -1,10 +1,10 @@
 """The measured runs behind a cost model: an engine kept full at one batch size, every decode step timed.
 
-A *sweep* caps every request's draft at one of the candidate caps for a block of steps, the caps taking turns, so
-each cap sees the same requests at the same context lengths; a *check* runs the chosen policy as it will run. Only
+A *sweep* gives every request one of the candidate draft budgets for a block of steps, the budgets taking turns, so
+each budget sees the same requests at the same context lengths; a *check* runs the chosen policy as it will run. Only
 *clean* steps count: the batch full, nobody admitted (a prefill would be timed with the step) and nobody finished
-(a request's last step is cut at its token budget). The first step of each block is timed but not kept: it pays
-for the previous cap (a draft model catching up after a plain step).
+(a request's last step is cut at its max_tokens). The first step of each block is timed but not kept: it pays for the
+previous budget (a draft model catching up after a plain step).
 
 Knows: the engine's step, the proposer wrappers (``PolicyProposer``), the clock. Does not know: what the figures
 mean (``cost_model.py``).
@@ -17,18 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from speculab.engine import Engine, PromptCache, sequence_length
+from speculab.policy.table import SpeculationPolicy
 from speculab.sampling import SamplingParams
-from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
+from speculab.speculative.policy_proposer import PolicyProposer
 from speculab.speculative.proposer import ProposeState
 from speculab.speculative.tree import Draft
 
-BLOCK = 4  # steps a cap keeps before the next takes its turn (the first of them not timed)
+BLOCK = 4  # steps a budget keeps before the next takes its turn (the first of them not timed)
 
 
 @dataclass(frozen=True)
 class Step:
     batch_size: int
-    cap: int | None  # the draft nodes each request might have (None: the check run's policy decided)
+    budget: int | None  # the draft nodes each request might have (None: the check run's policy decided)
     seconds: float  # the whole engine step
     propose_seconds: float  # drafting alone
     emitted: tuple[int, ...]  # tokens each request took from the step (accepted + the bonus or recovered token)
@@ -37,17 +38,17 @@ class Step:
 
 
 class TimedProposer(PolicyProposer):
-    """A policy proposer whose caps can be set from outside each step (``cap``; None: its policy's) and whose
+    """A policy proposer whose budgets can be set from outside each step (``budget``; None: its policy's) and whose
     drafting time and each row's draft nodes are kept (``last_seconds``, ``last_nodes``)."""
 
     def __init__(self, inner, policy: SpeculationPolicy | None = None):
         super().__init__(inner, policy or SpeculationPolicy())
-        self.cap: int | None = None
+        self.budget: int | None = None
         self.last_seconds = 0.0
         self.last_nodes: list[int] = []
 
-    def caps(self, requests: list) -> list[int | None]:
-        return super().caps(requests) if self.cap is None else [self.cap] * len(requests)
+    def budgets(self, requests: list) -> list[int | None]:
+        return super().budgets(requests) if self.budget is None else [self.budget] * len(requests)
 
     def propose(self, state: ProposeState) -> list[Draft]:
         began = time.perf_counter()
@@ -68,29 +69,32 @@ class Run:
 
 
 def run_steps(
-    model, stop_ids, proposer: TimedProposer, run: Run, cache: PromptCache | None, cap_of: Callable[[int], int | None]
+    model, stop_ids, proposer: TimedProposer, run: Run, cache: PromptCache | None, budget_of: Callable[[int], int | None]
 ) -> list[Step]:
-    """Every clean decode step of ``run``; ``cap_of(i)`` sets the cap of the i-th decode step (None: the policy's)."""
+    """Every clean decode step of ``run``; ``budget_of(i)`` sets the budget of the i-th decode step (None: the
+    policy's)."""
     max_len = sequence_length(max(map(len, run.prompts)), run.max_tokens, proposer)
     engine = Engine(model, run.batch_size, max_len, stop_ids, proposer, cache)
     params = SamplingParams(max_tokens=run.max_tokens, ignore_eos=True)
     domain_of = {engine.add_request(ids, params).id: d for ids, d in zip(run.prompts, run.domains)}
-    steps, decoded, previous_cap = [], 0, None
+    steps, decoded, previous = [], 0, None
     while engine.has_work:
-        proposer.cap = cap_of(decoded) if engine.running else None
+        proposer.budget = budget_of(decoded) if engine.running else None
         decoded += bool(engine.running)
         full, waiting = len(engine.running) == run.batch_size, len(engine.waiting)
         began = time.perf_counter()
         events = engine.step()
         seconds = time.perf_counter() - began
         clean = full and waiting == len(engine.waiting) and not any(e.finished for e in events)
-        if clean and (proposer.cap is None or proposer.cap == previous_cap):
+        if clean and (proposer.budget is None or proposer.budget == previous):
             emitted, domains = tuple(len(e.token_ids) for e in events), tuple(domain_of[e.request.id] for e in events)
-            steps.append(Step(run.batch_size, proposer.cap, seconds, proposer.last_seconds, emitted, tuple(proposer.last_nodes), domains))
-        previous_cap = proposer.cap if full else None
+            steps.append(
+                Step(run.batch_size, proposer.budget, seconds, proposer.last_seconds, emitted, tuple(proposer.last_nodes), domains)
+            )
+        previous = proposer.budget if full else None
     return steps
 
 
-def cycling_caps(caps: list[int]) -> Callable[[int], int]:
-    """Blocks of ``BLOCK`` steps per cap, the caps taking turns."""
-    return lambda step: caps[(step // BLOCK) % len(caps)]
+def cycling_budgets(budgets: list[int]) -> Callable[[int], int]:
+    """Blocks of ``BLOCK`` steps per budget, the budgets taking turns."""
+    return lambda step: budgets[(step // BLOCK) % len(budgets)]

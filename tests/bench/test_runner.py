@@ -251,21 +251,20 @@ def test_prompt_cache_reproduces_a_fresh_prefill():
 def test_method_specs_parse_with_defaults_and_labels():
     from speculab.methods import parse_method
 
-    assert parse_method("eagle").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,batch_budget=4,draft_vocab=auto)"
-    assert parse_method("eagle:draft_vocab=none").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,batch_budget=4)"
-    assert parse_method("eagle:eagle=/x/my-head").label.endswith("draft_vocab=auto)@my-head")
+    assert parse_method("eagle").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,draft_vocab=auto,policy=shared:4)"
+    assert parse_method("eagle:draft_vocab=none").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,policy=shared:4)"
+    assert parse_method("eagle:eagle=/x/my-head").label.endswith("policy=shared:4)@my-head")
     # two settings that differ in one switched-off parameter never share a label
-    assert parse_method("eagle:draft_vocab=none").label != parse_method("eagle:batch_budget=none").label
+    assert parse_method("eagle:draft_vocab=none").label != parse_method("eagle:policy=off").label
     assert parse_method("eagle:draft_vocab=2048").params["draft_vocab"] == 2048
     with pytest.raises(ValueError, match="int, auto or none"):
         parse_method("eagle:draft_vocab=many")
-    spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,batch_budget=none")
-    assert spec.params["batch_budget"] is None and spec.label == "eagle(num_steps=5,topk=8,num_draft_tokens=32,draft_vocab=auto)"
+    spec = parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32,policy=off")
+    assert spec.params["policy"] is None and spec.label == "eagle(num_steps=5,topk=8,num_draft_tokens=32,draft_vocab=auto)"
     assert parse_method("ngram:num_speculative_tokens=3").params == {
         "num_speculative_tokens": 3,
         "prompt_lookup_min": 2,
         "prompt_lookup_max": 5,
-        "disable_by_batch_size": None,
         "policy": None,
     }
     with pytest.raises(ValueError, match="takes"):
@@ -273,7 +272,7 @@ def test_method_specs_parse_with_defaults_and_labels():
 
 
 def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(settings.PROFILES, "quick", {**settings.PROFILES["quick"], "time_budget_s": 1e-3})
+    monkeypatch.setitem(settings.PROFILES, "quick", {**settings.PROFILES["quick"], "time_limit_s": 1e-3})
     args = [a for a in bench_args(setup, tmp_path / "run") if a not in ("--num-prompts", "6")]
     assert main(args) == 0
     run = next(json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if '"run"' in line)
@@ -301,9 +300,7 @@ def test_a_bf16_kv_cache_is_recorded_and_stays_lossless(setup, tmp_path):
 def test_policy_auto_runs_what_tune_chose_and_the_cells_record_it(setup, tmp_path, monkeypatch):
     """`speculab tune` on the target, then `bench` with policy=auto: the ngram cells carry the tuned table and stay
     greedy-identical to the baseline."""
-    monkeypatch.setattr(
-        "speculab.speculative.policy_store.cache_dir", lambda: tmp_path / "cache"
-    )  # not SPECULAB_CACHE: the native build lives there
+    monkeypatch.setattr("speculab.policy.store.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
     root, target, draft, workload = setup
     ngram = "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3"
     tune = ["tune", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--method", ngram]

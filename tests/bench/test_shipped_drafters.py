@@ -9,7 +9,7 @@ from speculab.sampling import SamplingParams
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["eagle", "eagle3", "draft", "ngram", "eagle:disable_by_batch_size=1"])
+@pytest.mark.parametrize("method", ["eagle", "eagle3", "draft", "ngram", "eagle:policy=plain_above:1"])
 def test_default_methods_on_the_embedded_model_match_the_baseline(method):
     from speculab import runtime
 

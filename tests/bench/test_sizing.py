@@ -1,4 +1,4 @@
-"""Sizing ``speculab bench --quick`` to a time budget: interpolated rates, prompts per batch size (the run
+"""Sizing ``speculab bench --quick`` to a time limit: interpolated rates, prompts per batch size (the run
 record and the cells: ``test_runner.py``)."""
 
 import pytest
@@ -15,7 +15,7 @@ def test_rates_between_the_measured_sizes_are_geometric_in_log2_batch():
 
 
 def test_each_batch_size_gets_whole_batches_within_its_share():
-    sized = prompts_per_batch(RATES, (1, 2, 4, 8, 16), cells_per_batch=4, max_tokens=64, repeats=3, budget_s=420, num_prompts=16)
+    sized = prompts_per_batch(RATES, (1, 2, 4, 8, 16), cells_per_batch=4, max_tokens=64, repeats=3, limit_s=420, num_prompts=16)
     # a share of 21 s per cell: batch 1 fits 3.9 prompts at 36 tok/s, batch 16 one batch of 16 (its minimum)
     assert sized == {1: 3, 2: 4, 4: 4, 8: 8, 16: 16}
     for b, n in sized.items():
@@ -24,7 +24,7 @@ def test_each_batch_size_gets_whole_batches_within_its_share():
             assert n * 64 * 3 / rate_at(RATES, b) <= 420 / 5 / 4
 
 
-def test_a_large_budget_runs_every_prompt_and_a_small_workload_caps_it():
+def test_a_large_limit_runs_every_prompt_and_a_small_workload_caps_it():
     assert prompts_per_batch(RATES, (1, 4), 1, 64, 3, 1e6, 16) == {1: 16, 4: 16}
     assert prompts_per_batch(RATES, (1, 8), 1, 64, 3, 1e6, 6) == {1: 6, 8: 6}  # fewer prompts than a batch: all of them
 

@@ -19,7 +19,7 @@ def test_draft_and_ngram_are_taken_with_their_settings_and_drafter():
 
 @pytest.mark.parametrize(
     ("method", "draft", "message"),
-    [("eagle", None, "draft or ngram"), ("baseline", None, "draft or ngram"), ("ngram", "/d", "only with --method draft")],
+    [("eagle", None, "ngram or draft only"), ("baseline", None, "ngram or draft only"), ("ngram", "/d", "only with --method draft")],
 )
 def test_what_llama_cpp_cannot_run_is_refused_by_name(method, draft, message):
     with pytest.raises(ValueError, match=message):

@@ -88,13 +88,13 @@ def test_bench_refuses_a_method_the_engine_cannot_run_before_measuring_anything(
         "sglang",
         "--methods",
         "baseline",
-        "ngram:disable_by_batch_size=4",
+        "ngram:policy=plain_above:4",
         "--out",
         str(tmp_path / "run"),
         "--no-progress",
     ]
     assert main(argv) == 2
-    assert "disable_by_batch_size" in capsys.readouterr().err
+    assert "policy=plain_above:4: SGLang 0.5.23 cannot express" in capsys.readouterr().err
     assert not (tmp_path / "run" / "results.jsonl").exists() or "cell" not in (tmp_path / "run" / "results.jsonl").read_text()
 
 

@@ -8,6 +8,7 @@ in ``test_vllm_real.py``.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from packaging.version import Version
 from speculab.launch import sglang, vllm
 from speculab.launch.command import LaunchRequest, UnsupportedLaunch
 from speculab.methods import parse_method
+from speculab.policy.table import SpeculationPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 METHODS = ["baseline", "ngram", "suffix", "draft", "eagle", "eagle3"]
@@ -80,10 +82,16 @@ def test_vllm_v0_flags_and_v1_config():
     assert "--speculative-config" not in old.argv and "--use-v2-block-manager" not in old.argv
     eagle_old = vllm.vllm_command(request("vllm", "eagle", "0.8.2"))
     assert eagle_old.argv[eagle_old.argv.index("--speculative-draft-tensor-parallel-size") + 1] == "1"
-    new = vllm.vllm_command(request("vllm", "eagle", "0.32.0"))
+    new = vllm.vllm_command(replace(request("vllm", "eagle", "0.32.0"), spec=parse_method("eagle:policy=off")))
     config = json.loads(new.argv[new.argv.index("--speculative-config") + 1])
     assert config == {"method": "eagle", "model": "/exported/eagle", "num_speculative_tokens": 3}  # the spec's depth: a chain
-    assert "disable_by_batch_size" not in json.dumps(config)
+    # EAGLE's default policy, shared:4, as vLLM's k per batch size (never more than the chain of 3)
+    shared = vllm.vllm_command(request("vllm", "eagle", "0.32.0"))
+    per_batch = json.loads(shared.argv[shared.argv.index("--speculative-config") + 1])["num_speculative_tokens_per_batch_size"]
+    assert per_batch == [[1, 1, 3], [2, 2, 2], [3, 3, 1]]
+    older = vllm.vllm_command(request("vllm", "eagle", "0.23.0"))  # before vLLM's per-batch-size k: left out, said
+    assert json.loads(older.argv[older.argv.index("--speculative-config") + 1]) == config
+    assert any("shared:4" in n and "left out" in n for n in older.notes)
     draft = json.loads(vllm.vllm_command(request("vllm", "draft", "0.32.0")).flags[-1].value)
     assert draft["method"] == "draft_model" and draft["num_speculative_tokens"] == 3
 
@@ -91,8 +99,9 @@ def test_vllm_v0_flags_and_v1_config():
 def test_vllm_versions_without_draft_models_or_eagle3_say_which_version_has_them():
     with pytest.raises(UnsupportedLaunch, match="0.14"):
         vllm.vllm_command(request("vllm", "draft", "0.12.0"))
-    with pytest.raises(UnsupportedLaunch, match="disable_by_batch_size"):
-        vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:disable_by_batch_size=4"), Path("/t"), None, Version("0.32.0")))
+    plain_above = vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=plain_above:4"), Path("/t"), None, Version("0.32.0")))
+    config = json.loads(plain_above.flags[-1].value)
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 5, 0]]  # vLLM V1's disable_by_batch_size
 
 
 def test_sglang_flags_come_together_and_the_token_map_is_passed():
@@ -121,14 +130,29 @@ def test_the_plan_explains_each_flag_and_pastes_as_one_line():
     assert "(not disable_by_batch_size" in text
 
 
-def test_a_speculab_policy_is_refused_by_the_engines_that_cannot_express_it():
-    with pytest.raises(UnsupportedLaunch, match="policy: speculab's per-request draft caps have no"):
-        BUILDERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=/p.json"), Path("/t"), None, Version("0.5.23")))
+def test_a_policy_sglang_cannot_express_is_refused_and_one_it_can_is_adaptive(tmp_path):
+    with pytest.raises(UnsupportedLaunch, match="NGRAM drafts a fixed --speculative-num-steps"):
+        BUILDERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=shared:4"), Path("/t"), None, Version("0.5.23")))
+    chain = parse_method("eagle:eagle=/heads/e,topk=1,policy=shared:4")
+    command = BUILDERS["sglang"](LaunchRequest("sglang", chain, Path("/t"), Path("/h"), Version("0.5.23"), run_dir=tmp_path))
+    argv = command.argv
+    assert "--speculative-adaptive" in argv and argv[argv.index("--speculative-eagle-topk") + 1] == "1"
+    ((path, text),) = command.files
+    assert argv[argv.index("--speculative-adaptive-config") + 1] == str(path) and path.parent == tmp_path
+    assert json.loads(text) == {"1": {"candidate_steps": [3]}, "2": {"candidate_steps": [2]}, "3": {"candidate_steps": [1]}}
+    mine = parse_method("eagle:eagle=/heads/e,topk=1,policy=shared:3")  # not the default: refused where it cannot run
+    with pytest.raises(UnsupportedLaunch, match="--speculative-adaptive arrived after 0.5.3"):
+        BUILDERS["sglang"](LaunchRequest("sglang", mine, Path("/t"), Path("/h"), Version("0.5.3")))
+    older = BUILDERS["sglang"](LaunchRequest("sglang", chain, Path("/t"), Path("/h"), Version("0.5.3")))  # the default: said
+    assert "--speculative-adaptive" not in older.argv and any("shared:4" in n for n in older.notes)
+    tree = BUILDERS["sglang"](request("sglang", "eagle", "0.5.23"))  # the default tree under its default shared:4
+    assert "--speculative-adaptive" not in tree.argv and any("shared:4" in n and "left out" in n for n in tree.notes)
+    assert tree.argv[tree.argv.index("--speculative-eagle-topk") + 1] == "2"
 
 
 def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path):
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
+    policy.write_text(json.dumps(SpeculationPolicy.by_batch_size({1: 3, 4: 1, 8: 0}).to_dict()))
     spec = parse_method(f"ngram:num_speculative_tokens=3,policy={policy}")
     command = vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
     (flag,) = [f for f in command.flags if f.name == "--speculative-config"]
@@ -136,10 +160,10 @@ def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path)
     assert config["num_speculative_tokens"] == 3 and config["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 7, 1], [8, 8, 0]]
     assert "per batch size" in flag.why
     for version in ("0.23.0", "0.8.2"):
-        with pytest.raises(UnsupportedLaunch, match="num_speculative_tokens_per_batch_size arrived in 0.24.0"):
+        with pytest.raises(UnsupportedLaunch, match=r"num_speculative_tokens_per_batch_size arrived in 0.24.0"):
             vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version(version)))
-    policy.write_text(json.dumps({"by_batch_size": {"1": 3}, "min_acceptance": 0.3}))
-    with pytest.raises(UnsupportedLaunch, match="min_acceptance, a per-request floor"):
+    policy.write_text(json.dumps(SpeculationPolicy.by_batch_size({1: 3}, min_acceptance=0.3).to_dict()))
+    with pytest.raises(UnsupportedLaunch, match="a floor on each request's own acceptance"):
         vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
     with pytest.raises(UnsupportedLaunch, match="pass the policy file"):
         vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))

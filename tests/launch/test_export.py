@@ -65,7 +65,7 @@ def test_sglang_eagle_export_keeps_the_head_and_writes_the_token_map(tmp_path):
     source = write_eagle_head(tmp_path / "head", hf.config, bias=True)
     ranking = torch.randperm(hf.config.vocab_size)
     save_ranking(source, ranking, torch.arange(hf.config.vocab_size, 0, -1))
-    exported = export_drafter(source, "sglang", tmp_path / "sglang", draft_vocab=32)
+    exported = export_drafter(source, "sglang", tmp_path / "sglang", draft_vocab_size=32)
     assert load_file(exported.folder / "model.safetensors").keys() == load_file(source / "model.safetensors").keys()
     assert json.loads((exported.folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle"]
     assert exported.token_map == exported.folder / TOKEN_MAP

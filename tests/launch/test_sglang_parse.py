@@ -5,7 +5,7 @@ Each method SGLang runs (EAGLE with and without the reduced draft vocabulary's t
 draft model, NGRAM) and the plain target, for the embedded model and drafters exported into the test's folder, as
 ``speculab launch sglang --print --engine-version <pinned>`` writes them. ``sglang_parse.py`` says which of SGLang's
 checks run; nothing is loaded and no server starts: SGLang has no CPU build for this machine. speculab's policies
-are not here: ``launch/sglang.py`` refuses ``policy`` (SGLang's adaptive settings came after the pinned version).
+are not here: SGLang's adaptive settings, which a policy becomes, came after the pinned version.
 
 `make test` sets SPECULAB_REQUIRE_PEERS=1 and makes the environment first, so in CI these tests run, never skip.
 """

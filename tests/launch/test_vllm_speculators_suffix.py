@@ -105,7 +105,7 @@ def test_speculators_eagle3_export_is_served_by_vllm_alone(vllm_env, prompts, tm
     out = tmp_path / "eagle3-speculators"
     assert main(["export", "--for", "vllm", "--format", "speculators", str(DEFAULT_EAGLE3), str(out), "--num-speculative-tokens", "3"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["format"] == "speculators"
-    chain = "eagle3:num_steps=3,topk=1,num_draft_tokens=4,batch_budget=none"
+    chain = "eagle3:num_steps=3,topk=1,num_draft_tokens=4,policy=off"
     ours_out, ours = speculab_counts(loaded, ids, chain)
     theirs_out, theirs = vllm_counts(vllm_env, out, "baseline", ids, tmp_path)  # no --speculative-config: the folder says it
     assert theirs_out == ours_out

@@ -76,7 +76,7 @@ def test_eagle_head_parameters_by_hand():
     assert eagle_head_parameters(TINY, fc_bias=False) == fc + layer - 64
     assert eagle_head_parameters(TINY, own_embedding=True) == fc + layer + 100 * 64
     # EAGLE-3: fc 3H->H, q/k/v on 2H inputs, four norms, own lm_head over the draft vocab
-    e3 = eagle3_head_tensors(TINY, draft_vocab=10)
+    e3 = eagle3_head_tensors(TINY, draft_vocab_size=10)
     attn = 128 * 64 + 2 * 128 * 32 + 64 * 64
     assert e3.parameters == 3 * 64 * 64 + attn + 3 * 64 * 128 + 4 * 64 + 10 * 64
 
@@ -99,7 +99,7 @@ def test_estimate_tiny_is_consistent_and_json():
     assert base["kv_capacity_tokens"] == (memory - 2 * 86848) // 256
     assert draft["drafter_weights_bytes"] == 2 * model_tensors(TINY_DRAFT).parameters
     # a reduced draft vocabulary keeps its own copy of that many lm_head rows (hidden 32)
-    reduced = estimate(TINY, "draft", TINY_DRAFT, 2, memory, reduced_vocab=40)
+    reduced = estimate(TINY, "draft", TINY_DRAFT, 2, memory, draft_vocab_size=40)
     assert reduced["drafter_weights_bytes"] == 2 * (model_tensors(TINY_DRAFT).parameters + 40 * 32)
     assert draft["kv_bytes_per_token_per_device"] == 256 + 64
     assert draft["kv_capacity_tokens"] == (memory - 2 * 86848 - 2 * model_tensors(TINY_DRAFT).parameters) // 320

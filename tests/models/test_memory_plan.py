@@ -35,9 +35,9 @@ def test_llama_70b_bf16_on_four_80gb_devices_by_hand(capsys):
 
 
 def test_the_embedded_model_gets_the_benchmarks_own_memory_figures(capsys):
-    budget = 24 * GiB
+    device_bytes = 24 * GiB
     flags = ["--weights", "fp32", "--drafter-dtype", "fp32", "--kv-dtype", "fp32", "--gpu-memory-utilization", "1.0"]
-    flags += ["--device-memory", str(budget), "--drafter", f"draft:{DEFAULT_DRAFT}", "--drafter", f"eagle:{DEFAULT_EAGLE}"]
+    flags += ["--device-memory", str(device_bytes), "--drafter", f"draft:{DEFAULT_DRAFT}", "--drafter", f"eagle:{DEFAULT_EAGLE}"]
     setups = run_plan(capsys, *flags)
     target = CONFIGS["smollm2-135m"]
     for label, spec in [
@@ -45,7 +45,7 @@ def test_the_embedded_model_gets_the_benchmarks_own_memory_figures(capsys):
         (f"draft:{DEFAULT_DRAFT}", "draft:draft_vocab=none"),
         (f"eagle:{DEFAULT_EAGLE}", "eagle:draft_vocab=none"),
     ]:
-        assert setups[label] == memory_estimate(parse_method(spec), target, 4, budget), label
+        assert setups[label] == memory_estimate(parse_method(spec), target, 4, device_bytes), label
 
 
 def test_quantised_linears_by_hand():
@@ -82,9 +82,9 @@ def test_a_missing_config_is_a_clear_error(capsys, tmp_path):
 
 
 def test_an_eagle3_heads_cut_vocabulary_is_what_its_estimate_weighs():
-    target, budget = CONFIGS["smollm2-135m"], 24 * GiB
-    whole = memory_estimate(parse_method("eagle3:draft_vocab=none"), target, 4, budget)
-    cut = memory_estimate(parse_method("eagle3:draft_vocab=4096"), target, 4, budget)
+    target, device_bytes = CONFIGS["smollm2-135m"], 24 * GiB
+    whole = memory_estimate(parse_method("eagle3:draft_vocab=none"), target, 4, device_bytes)
+    cut = memory_estimate(parse_method("eagle3:draft_vocab=4096"), target, 4, device_bytes)
     assert whole["drafter_parameters"] - cut["drafter_parameters"] == (8192 - 4096) * target.hidden_size
-    wider = memory_estimate(parse_method("eagle3:draft_vocab=20000"), target, 4, budget)
+    wider = memory_estimate(parse_method("eagle3:draft_vocab=20000"), target, 4, device_bytes)
     assert wider["drafter_parameters"] == whole["drafter_parameters"]  # no more rows than the head has

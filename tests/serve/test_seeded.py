@@ -24,7 +24,7 @@ def complete(url: str, **fields) -> dict:
 def test_a_seeded_request_reads_the_same_alone_and_under_load(eagle_server):
     url = eagle_server.v1
     alone = complete(url, seed=7)
-    assert alone["sampling"] == {"verify": "coupled", "seed": 7}
+    assert alone["sampling"] == {"sampling_verify": "coupled", "seed": 7}
     others = [dict(seed=100 + i) for i in range(7)] + [dict(temperature=1.0 + i / 10) for i in range(4)] + [dict(temperature=0)] * 4
     with ThreadPoolExecutor(16) as pool:
         loaded = [pool.submit(complete, url, seed=7)] + [pool.submit(complete, url, **fields) for fields in others]

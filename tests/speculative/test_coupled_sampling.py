@@ -14,7 +14,7 @@ import torch
 from speculab.engine import Engine
 from speculab.methods import make_proposer
 from speculab.sampling import SamplingParams
-from speculab.speculative.policy import PolicyProposer
+from speculab.speculative.policy_proposer import PolicyProposer
 from tests.speculative.test_sampling_lossless import FILTERED, METHODS, PARAMS, PLAIN, POLICIES, PROMPT, tiny_target_and_heads
 
 SEEDS = list(range(40, 56))  # 16 seeded requests
@@ -28,7 +28,7 @@ def drafters(tmp_path_factory):
 
 
 def seeded(params: SamplingParams, seed: int | None, verify: str = "auto") -> SamplingParams:
-    return SamplingParams(**{**params.__dict__, "max_tokens": LENGTH, "seed": seed, "verify": verify})
+    return SamplingParams(**{**params.__dict__, "max_tokens": LENGTH, "seed": seed, "sampling_verify": verify})
 
 
 def plain_outputs(target, params: SamplingParams) -> list[list[int]]:
@@ -79,4 +79,4 @@ def test_rejection_is_kept_for_a_seeded_request_that_asks_for_it(drafters):
     request = Engine(drafters["target"], max_batch=1, max_seq_len=32).add_request(PROMPT, seeded(PLAIN, 5, "rejection"))
     assert request.noise is None and request.generator is not None
     with pytest.raises(ValueError, match="sampling_verify"):
-        SamplingParams(temperature=1.0, verify="gumbel")
+        SamplingParams(temperature=1.0, sampling_verify="gumbel")

@@ -7,9 +7,10 @@ from speculab.engine import Engine, sequence_length
 from speculab.methods import make_proposer
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import CheckpointError
+from speculab.policy.table import Load, SpeculationPolicy
 from speculab.sampling import SamplingParams
 from speculab.speculative.eagle import StaticTreeEagleProposer
-from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
+from speculab.speculative.policy_proposer import PolicyProposer
 from tests.helpers import bf16_kv_target, speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 PARAMS = SamplingParams(max_tokens=16, ignore_eos=True)
@@ -133,10 +134,10 @@ def test_eagle3_reduced_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tm
 
     hf = tiny_hf_model("llama", seed=4, num_hidden_layers=6)
     target = speculab_from_hf(hf)
-    folder = write_eagle3_head(tmp_path, hf.config, draft_vocab=64)  # target ids 0, 2, ..., 126
+    folder = write_eagle3_head(tmp_path, hf.config, draft_vocab_size=64)  # target ids 0, 2, ..., 126
     full = load_eagle3_head(folder, target, prepack=False)
     kept = torch.tensor([126, 4, 2, 200, 3, 60, 10, 90, 0])  # 200 and 3 are not the head's: 7 rows stay
-    head = load_eagle3_head(folder, target, draft_vocab=kept)
+    head = load_eagle3_head(folder, target, kept_token_ids=kept)
     assert sorted(head.map_tokens(torch.arange(len(head.d2t))).tolist()) == [0, 2, 4, 10, 60, 90, 126]
     hidden = torch.randn(2, 3, target.config.hidden_size)
     torch.testing.assert_close(head.logits(target, hidden), full.logits(target, hidden)[..., [0, 1, 2, 5, 30, 45, 63]])
@@ -150,7 +151,7 @@ def test_eagle3_reduced_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tm
     assert [r.output_ids for r in spec] == [r.output_ids for r in base]
     assert drafted and set(drafted) <= set(kept.tolist())
     with pytest.raises(ValueError, match="keeps none of the head's 64 tokens"):
-        load_eagle3_head(folder, target, draft_vocab=torch.tensor([1, 3, 5]))
+        load_eagle3_head(folder, target, kept_token_ids=torch.tensor([1, 3, 5]))
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -191,13 +192,13 @@ def test_static_tree_follows_the_ranks(tmp_path, hf_target, target):
 
 
 @pytest.mark.parametrize("batch", [1, 3, 8])
-def test_batch_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, target, batch):
+def test_a_shared_budget_narrows_the_tree_and_stays_lossless(tmp_path, hf_target, target, batch):
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     tree = make_proposer("eagle", head=head, target=target, num_steps=4, topk=4, num_draft_tokens=12)
-    budget = SpeculationPolicy.batch_budget(12)
-    shape = {b: tree.tree_shape(budget.batch_cap(b)) for b in (1, 3, 8)}
+    shared = SpeculationPolicy.shared(12)
+    shape = {b: tree.tree_shape(shared.draft_budget(Load(b))) for b in (1, 3, 8)}
     assert shape == {1: (4, 4, 11), 3: (4, 4, 4), 8: (1, 1, 1)} and tree.tree_shape(None) == (4, 4, 11)
-    proposer = PolicyProposer(tree, budget)
+    proposer = PolicyProposer(tree, shared)
     prompts = prompts_of([4 + (5 * i) % 13 for i in range(batch)], seed=batch)
     base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
     spec = Engine(target, max_batch=batch, max_seq_len=256, proposer=proposer).generate(prompts, PARAMS)
@@ -228,7 +229,7 @@ def test_a_long_prompt_joining_a_running_request_stays_in_cache_bounds(tmp_path,
 def test_reduced_draft_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tmp_path, hf_target, target, batch):
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     kept = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(0))[:40]
-    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8, draft_vocab=kept)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=3, topk=3, num_draft_tokens=8, kept_token_ids=kept)
     prompts = prompts_of([5 + 3 * i for i in range(batch)], seed=7)
     base = Engine(target, max_batch=batch, max_seq_len=256).generate(prompts, PARAMS)
     drafted: list[int] = []
@@ -242,9 +243,9 @@ def test_reduced_draft_vocabulary_stays_lossless_and_drafts_only_kept_tokens(tmp
 def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, hf_target, target):
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     kept = torch.tensor([7, 3, 200, 11])
-    proposer = make_proposer("eagle", head=head, target=target, num_steps=2, topk=2, num_draft_tokens=4, draft_vocab=kept)
+    proposer = make_proposer("eagle", head=head, target=target, num_steps=2, topk=2, num_draft_tokens=4, kept_token_ids=kept)
     hidden = torch.randn(2, 3, target.config.hidden_size)
     full = head.logits(target, hidden)
     torch.testing.assert_close(proposer._logits(hidden), full[..., kept], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="fewer than topk"):
-        make_proposer("eagle", head=head, target=target, num_steps=5, topk=5, num_draft_tokens=16, draft_vocab=kept)
+        make_proposer("eagle", head=head, target=target, num_steps=5, topk=5, num_draft_tokens=16, kept_token_ids=kept)

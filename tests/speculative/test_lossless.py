@@ -51,7 +51,7 @@ METHODS = {
     "draft-self": lambda target, other: make_proposer("draft", model=target, num_speculative_tokens=4),
     # a reduced draft vocabulary: 96 of the 256 tokens, in no particular order
     "draft-other-reduced": lambda target, other: make_proposer(
-        "draft", model=other, num_speculative_tokens=3, draft_vocab=torch.randperm(256, generator=torch.Generator().manual_seed(0))[:96]
+        "draft", model=other, num_speculative_tokens=3, kept_token_ids=torch.randperm(256, generator=torch.Generator().manual_seed(0))[:96]
     ),
 }
 
@@ -105,7 +105,7 @@ def test_self_draft_over_a_shuffled_whole_vocabulary_accepts_everything(target):
     """Draft indices map back to the right token ids: the target over every token, listed shuffled, is always right."""
     shuffled = torch.randperm(256, generator=torch.Generator().manual_seed(1))
     requests = speculative(
-        target, repetitive_prompts(2, seed=1), make_proposer("draft", model=target, num_speculative_tokens=4, draft_vocab=shuffled)
+        target, repetitive_prompts(2, seed=1), make_proposer("draft", model=target, num_speculative_tokens=4, kept_token_ids=shuffled)
     )
     assert all(r.stats.acceptance_rate == 1.0 for r in requests)
 

@@ -28,8 +28,9 @@ from speculab.methods import make_proposer
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
+from speculab.policy.table import SpeculationPolicy
 from speculab.sampling import SamplingParams, sampling_probs
-from speculab.speculative.policy import PolicyProposer, SpeculationPolicy
+from speculab.speculative.policy_proposer import PolicyProposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head
 
 VOCAB = 12
@@ -78,7 +79,7 @@ def tiny_target_and_heads(tmp_path):
     drafter = speculab_from_hf(tiny_hf_model("llama", seed=6, vocab_size=VOCAB))
     eagle = load_eagle_head(write_eagle_head(tmp_path / "e1", hf.config, seed=3), target)
     # a 6-token draft vocabulary (every other token): the rest only come as recovered tokens
-    eagle3 = load_eagle3_head(write_eagle3_head(tmp_path / "e3", hf.config, seed=3, draft_vocab=6), target)
+    eagle3 = load_eagle3_head(write_eagle3_head(tmp_path / "e3", hf.config, seed=3, draft_vocab_size=6), target)
     return target, drafter, eagle, eagle3
 
 
@@ -87,7 +88,7 @@ METHODS = {  # name -> (proposer name, options given the drafters), chains and t
     # the draft never proposes 4 of the 12 tokens: only recovered tokens can bring them
     "draft-reduced": (
         "draft",
-        lambda d: dict(model=d["drafter"], num_speculative_tokens=3, draft_vocab=torch.tensor([0, 2, 3, 5, 7, 8, 9, 11])),
+        lambda d: dict(model=d["drafter"], num_speculative_tokens=3, kept_token_ids=torch.tensor([0, 2, 3, 5, 7, 8, 9, 11])),
     ),
     "ngram": ("ngram", lambda d: dict(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=2)),
     # a shared tree over every request's output: the drafts are what other requests sampled
@@ -105,8 +106,8 @@ METHODS = {  # name -> (proposer name, options given the drafters), chains and t
 METHODS["draft-policy"] = METHODS["draft"]
 METHODS["eagle-tree-policy"] = METHODS["eagle-tree"]
 POLICIES = {
-    "draft-policy": SpeculationPolicy(by_batch_size=((1, 3), (12, 2), (16, 3)), min_acceptance=0.5, window=1, probe_nodes=1),
-    "eagle-tree-policy": SpeculationPolicy(by_batch_size=((1, 8), (12, 5), (16, 8)), min_acceptance=0.1, window=1, probe_nodes=2),
+    "draft-policy": SpeculationPolicy.by_batch_size({1: 3, 12: 2, 16: 3}, min_acceptance=0.5, window=1, probe_nodes=1),
+    "eagle-tree-policy": SpeculationPolicy.by_batch_size({1: 8, 12: 5, 16: 8}, min_acceptance=0.1, window=1, probe_nodes=2),
 }
 SAMPLED_UNDER_POLICY = 1000  # the bound follows the noise floor of whatever N: half the draws, half the time
 # Trees are checked under top-k and top-p; chains at temperature 1 (this random head's chain lies mostly outside the

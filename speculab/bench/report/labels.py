@@ -4,7 +4,8 @@ Knows: the shape of a results.jsonl label, ``[engine:]name[(key=value,...)][@fol
 ``MethodSpec.label``; older runs wrote bare values, ``name(3,auto)``, read here by position), and a short name for
 the usual parameters. A label's short form depends only on the set of labels in the run: labels sharing a name (and
 engine) keep the name and add the parameters whose values differ between them, abbreviated (``eagle-k2``,
-``draft-n4``, ``eagle-auto`` for ``policy=auto``, ``eagle-policy`` for a policy file); a label that is already short
+``draft-n4``, ``eagle-auto`` for ``policy=auto``, ``eagle-shared4`` for a named policy, ``eagle-policy`` for a policy
+file); a label that is already short
 stays as it is. Two labels never get one short form. Does not know: what the parameters mean, or the records.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+
+from speculab.policy.table import NAMED
 
 POLICY = "policy"
 FOLDER = "@"  # the drafter folder a label names after ``@``
@@ -55,10 +58,17 @@ def _abbreviation(key: str) -> str:
     return "".join(word[0] for word in key.split("_") if word) or key
 
 
+def _is_file(policy: str | None) -> bool:
+    return policy is not None and policy not in ("auto", "off") and policy.partition(":")[0] not in NAMED
+
+
 def _part(key: str, value: str, files: int) -> str:
-    """One differing parameter, short: ``k2``, ``auto`` or ``policy`` (``files``: policy files among the labels)."""
+    """One differing parameter, short: ``k2``, ``auto``, ``shared4`` or ``policy`` (``files``: policy files among the
+    labels)."""
     if key == POLICY:
-        return value if value in ("auto", "off") else "policy" if files == 1 else PurePosixPath(value).stem
+        if not _is_file(value):
+            return value.replace(":", "")
+        return "policy" if files == 1 else PurePosixPath(value).stem
     if key == FOLDER or key.startswith("#"):
         return PurePosixPath(value).name or value
     if "/" in value:
@@ -71,7 +81,7 @@ def _group_labels(labels: list[str], params: dict[str, dict[str, str]], base: st
     """Short forms of labels sharing ``base``: the base plus each differing parameter, in the order first seen."""
     keys = list(dict.fromkeys(k for lab in labels for k in params[lab]))
     differ = [k for k in keys if len({params[lab].get(k) for lab in labels}) > 1]
-    files = len({params[lab][POLICY] for lab in labels if params[lab].get(POLICY) not in (None, "auto", "off")})
+    files = len({params[lab][POLICY] for lab in labels if _is_file(params[lab].get(POLICY))})
     out = {}
     for lab in labels:
         parts = [_part(k, params[lab][k], files) for k in differ if params[lab].get(k) is not None]

@@ -85,7 +85,7 @@ def speed_blocks(results: Results) -> list[Block]:
             rows,
             "`cell.tok_s` (output tok/s, median over repeats); in parentheses the speedup over the baseline at that batch "
             "size, measured as the sentence below says; each batch size's prompts: the detail table "
-            "(`run.prompts_per_batch`, sized to the run's time budget)",
+            "(`run.prompts_per_batch`, sized to the run's time limit)",
         ),
         Paragraph(run_timing(results).text),
         Image(PLOT_FILES["tok_s"], "Output tok/s vs batch size"),

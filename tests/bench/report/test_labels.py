@@ -63,3 +63,12 @@ def test_two_labels_never_share_a_short_form():
     short = short_labels(["eagle", EAGLE, "odd label (not a spec)"])
     assert len(set(short.values())) == 3
     assert short["odd label (not a spec)"] == "odd label (not a spec)"
+
+
+def test_named_policies_read_as_their_names_beside_a_file_and_auto():
+    default = "eagle(num_steps=3,topk=2,num_draft_tokens=4,draft_vocab=auto,policy=shared:4)"  # today's default
+    auto, off = default.replace("shared:4", "auto"), default.replace(",policy=shared:4", "")
+    plain = default.replace("shared:4", "plain_above:8")
+    short = short_labels([default, auto, off, plain, default.replace("shared:4", "benchmarks/policies/floor.json")])
+    assert (short[default], short[auto], short[off], short[plain]) == ("eagle-shared4", "eagle-auto", "eagle", "eagle-plain_above8")
+    assert short[default.replace("shared:4", "benchmarks/policies/floor.json")] == "eagle-policy"  # the one file among them

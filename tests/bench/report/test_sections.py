@@ -153,8 +153,8 @@ def test_baseline_wins_at_high_batch(tmp_path):
     s0, s1 = 40 / 36, 50 / 60
     assert break_even([(b, results.speedup(EAGLE, b)) for b in BATCHES]).crossing == pytest.approx(2 ** (2 + (1 - s0) / (s1 - s0)))
     assert rows(tables(section(blocks, "Findings"))[0])["eagle"]["break-even (interpolated)"] == f"{2 ** (2 + (1 - s0) / (s1 - s0)):.1f}"
-    setting = [p for p in paragraphs(section(blocks, "Findings")) if "`disable_by_batch_size=4`" in p]
-    assert len(setting) == 1 and "`eagle:...,disable_by_batch_size=4`" in setting[0]
+    setting = [p for p in paragraphs(section(blocks, "Findings")) if "`plain_above:4`" in p]
+    assert len(setting) == 1 and "`eagle:...,policy=plain_above:4`" in setting[0]
 
 
 def test_correctness_warning_and_no_baseline(tmp_path):
@@ -193,9 +193,11 @@ def test_divergences_show_both_runs_margins_against_the_bound(tmp_path):
     assert len(warning) == 1 and warning[0].endswith("for draft at batch 2.")
 
 
-def test_a_policy_capped_method_shows_its_cap_and_speedup_at_each_batch_size(tmp_path):
-    """A method run under a policy (a file's or auto's) gets a row: its cap per batch size, plain where 0."""
-    policy = {"by_batch_size": {"1": 3, str(BATCHES[-1]): 0}, "min_acceptance": 0.0, "window": 8, "probe_nodes": 1}
+def test_a_method_under_a_policy_shows_its_budget_and_speedup_at_each_batch_size(tmp_path):
+    """A method run under a policy (a file's or auto's) gets a row: its draft budget per batch size, plain where 0.
+    A record of an earlier version (``by_batch_size``) reads the same."""
+    rules = [{"batch_size": 1, "draft_nodes": 3}, {"batch_size": BATCHES[-1], "draft_nodes": 0}]
+    policy = {"draft_budget": rules, "min_acceptance": 0.0, "window": 8, "probe_nodes": 1}
     auto = DRAFT[:-1] + ",policy=auto)"
     records = [run_record(), *matrix(), *(cell(auto, b, t, policy=policy) for b, t in zip(BATCHES, TOK_S[DRAFT]))]
     blocks = report_blocks(write_results(tmp_path / "results.jsonl", records))
