@@ -89,9 +89,9 @@ def cost(args) -> None:
     nodes, feats = torch.tensor([context[:TOPK]]), torch.randn(1, TOPK, target.config.hidden_size)
     ranking = load_token_ranking(eagle_dir, target.config.vocab_size)[:EAGLE_VOCAB]
     tree = {k: METHODS["eagle"].defaults[k] for k in ("num_steps", "num_draft_tokens")}  # unused here: only the logits are timed
-    reduced = make_proposer("eagle", head=head, target=target, topk=TOPK, draft_vocab=ranking, **tree)
+    reduced = make_proposer("eagle", head=head, target=target, topk=TOPK, kept_token_ids=ranking, **tree)
     draft_ranking = load_token_ranking(draft_dir, target.config.vocab_size)[:DRAFT_VOCAB]
-    draft_reduced = make_proposer("draft", model=draft, draft_vocab=draft_ranking, num_speculative_tokens=1).reduced
+    draft_reduced = make_proposer("draft", model=draft, kept_token_ids=draft_ranking, num_speculative_tokens=1).reduced
     hb = causal_batch(torch.arange(1), torch.tensor([CONTEXT]), TOPK)
     calls = {
         "target": one_token(target, t_cache, context[0]),
@@ -138,7 +138,7 @@ def random_draft_cost(target, target_raw: dict, ranking, shape: str, repeats: in
     context = torch.randint(0, target.config.vocab_size, (CONTEXT,)).tolist()
     cache = draft.new_cache(1, CONTEXT + 64)
     prefill(draft, cache, 0, context)
-    reduced = make_proposer("draft", model=draft, draft_vocab=ranking, num_speculative_tokens=1).reduced
+    reduced = make_proposer("draft", model=draft, kept_token_ids=ranking, num_speculative_tokens=1).reduced
     step = one_token(draft, cache, context[0], lm_head=reduced.logits)
     for _ in range(3):  # warm-up: first calls pack weights and size buffers
         step(), t_one()

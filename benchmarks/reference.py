@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from speculab.bench.report.labels import parse_label
+from speculab.bench.report.labels import is_policy_file, parse_label
 from speculab.bench.report.numbers import num, size, speedup_text, times
 from speculab.bench.report.results import Results, load_results
 from speculab.bench.report.speedups import timing
@@ -96,7 +96,7 @@ def column_names(results: Results) -> dict[str, str]:
         name = str(mine.get("name") or results.method(label))
         if policy == "auto":
             name += "-auto"
-        elif isinstance(policy, str) and (policy.endswith(".json") or "/" in policy):
+        elif isinstance(policy, str) and is_policy_file(policy):
             name += "-" + PurePosixPath(policy).stem
         names[label] = name
     taken = list(names.values())

@@ -33,7 +33,7 @@ from speculab.runtime import load
 from speculab.sampling import SamplingParams, sampling_probs
 from speculab.speculative.stats import SpecStats
 from speculab.speculative.tree import Draft, VerifyTree
-from speculab.speculative.verify import verify_coupled, verify_sampled
+from speculab.speculative.verify import verify_by_rejection, verify_coupled
 from speculab.testbed import testbed
 
 METHODS = ("draft", "eagle", "ngram", "suffix")
@@ -72,14 +72,17 @@ def warm_cache(loaded, prompts, options: dict) -> PromptCache:
 
 def params_for(n: int, temperature: float, mode: str, max_tokens: int) -> list[SamplingParams]:
     """Seeded, every request its whole ``max_tokens`` (modes that sample other texts decode as many tokens)."""
-    return [SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=1000 + i, verify=mode, ignore_eos=True) for i in range(n)]
+    return [
+        SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=1000 + i, sampling_verify=mode, ignore_eos=True)
+        for i in range(n)
+    ]
 
 
 def noise_cost(loaded, prompt, calls: int) -> dict:
     vocab = loaded.model.config.vocab_size
     noise = [clocked(lambda t=t: exponentials(7, t, vocab))[1] for t in range(calls)]
     engine = Engine(loaded.model, 1, 2048, loaded.tokenizer.stop_ids)
-    engine.add_request(prompt, SamplingParams(max_tokens=64, temperature=0.7, seed=1, verify="rejection", ignore_eos=True))
+    engine.add_request(prompt, SamplingParams(max_tokens=64, temperature=0.7, seed=1, sampling_verify="rejection", ignore_eos=True))
     engine.step()  # the prefill
     steps = []
     while engine.has_work:
@@ -163,7 +166,7 @@ def coupled(args) -> None:
 def draw(args) -> None:
     """One sampled token's draw from one 49,152-token row: rejection's path against the coupled race, noise included.
 
-    ``verify_sampled`` on a draft-less tree (what plain sampling runs: the target's distribution, then
+    ``verify_by_rejection`` on a draft-less tree (what plain sampling runs: the target's distribution, then
     ``torch.multinomial``) against ``verify_coupled`` with a fresh output position's noise each call
     (``position_noise``), and the two parts alone: the sampling distribution (``sampling_probs``) and the noise.
     Medians of ``--repeats`` runs of 100 calls.
@@ -182,7 +185,7 @@ def draw(args) -> None:
 
     calls = {
         "sampling_probs": lambda: sampling_probs(logits, params),
-        "rejection_draw": lambda: verify_sampled(tree, sampling_probs(logits, params), generator),
+        "rejection_draw": lambda: verify_by_rejection(tree, sampling_probs(logits, params), generator),
         "coupled_draw": lambda: verify_coupled(tree, sampling_probs(logits, params), next_noise()),
         "noise": next_noise,
     }

@@ -1,9 +1,10 @@
 """How the real engines run one of speculab's methods: the descriptors a method's entry in ``methods.METHODS`` carries.
 
 Data only, so that everything method-specific sits in the one table: vLLM's and SGLang's name for the method, which of
-the spec's parameters become which of their settings, the versions that run it, the layout its drafter is exported
-in, and llama.cpp's name for the same speculation. Read by ``launch/vllm.py``, ``launch/sglang.py``,
-``launch/export.py`` and ``compare/``, which know the engines' flags and versions but no method by name.
+the spec's parameters become which of their settings, the versions that run it and the layout its drafter is exported
+in (llama.cpp's name for the same speculation is a plain string on the entry, ``Method.llama_cpp``). Read by
+``launch/vllm.py``, ``launch/sglang.py`` and ``launch/export.py``, which know the engines' flags and versions but no
+method by name.
 
 Sources: vLLM's ``engine/arg_utils.py`` and ``config/speculative.py`` of each release (0.32.0 installed by
 ``make vllm``), SGLang's ``srt/server_args.py`` (recorded in ``tests/launch/fixtures/``), llama.cpp's

@@ -26,7 +26,7 @@ from typing import Any
 from speculab.drafters import draft_model_options, draft_vocab_size, eagle_options
 from speculab.method_engines import Layout, OnSglang, OnVllm, VersionGap
 from speculab.policy.store import tuned_policy
-from speculab.policy.table import AUTO, OFF, SpeculationPolicy, named_policy, read_policy
+from speculab.policy.table import AUTO, SpeculationPolicy, policy_value, read_policy
 from speculab.speculative.draft_model import DraftModelProposer
 from speculab.speculative.eagle import Eagle3Proposer, EagleProposer
 from speculab.speculative.ngram import NgramProposer
@@ -218,7 +218,7 @@ METHODS: dict[str, Method] = {
         recipe="speculab.train.recipes:Eagle3Recipe",
     ),
 }
-OPTIONAL = {"draft_vocab", POLICY}  # parameters that ``none`` turns off
+OPTIONAL = {"draft_vocab"}  # parameters that ``none`` turns off (a policy: ``policy_value``)
 # parameters of earlier versions, now named policies: a spec that uses one is told the new spelling
 RENAMED = {"batch_budget": "policy=shared:B", "disable_by_batch_size": "policy=plain_above:N"}
 PATHS = {m.drafter for m in METHODS.values() if m.drafter}  # parameters naming a drafter folder
@@ -254,11 +254,13 @@ class MethodSpec:
 
 
 def _value(text: str, default: Any, key: str = "") -> Any:
-    if key in OPTIONAL and text.lower() in ("", "none") or key == POLICY and text.lower() == OFF:
+    if key == POLICY:
+        return policy_value(text)
+    if key in OPTIONAL and text.lower() in ("", "none"):
         return None
     if key == "draft_vocab":
         return "auto" if text == "auto" else int(text)
-    if key in PATHS or key == POLICY:
+    if key in PATHS:
         return text
     if default is None or isinstance(default, int) and not isinstance(default, bool):
         return int(text)
@@ -300,8 +302,8 @@ def parse_method(text: str) -> MethodSpec:
             raise ValueError(f"{text!r}: {key} must be a {kind}") from None
     if drafter and params.get(drafter) is None:
         raise ValueError(f"{name} needs {drafter}=PATH")
-    if params.get(POLICY) is not None:
-        named_policy(params[POLICY])  # a bad named policy now; a file is read when the target loads
+    if params.get(POLICY) not in (None, AUTO):
+        read_policy(params[POLICY])  # a bad named policy or file is refused now, not when the target has loaded
     return MethodSpec(name, params)
 
 
@@ -310,9 +312,8 @@ def with_policy(spec: MethodSpec, policy: str | None) -> MethodSpec:
     speculative method whose own policy is its default; a method without drafts (baseline) and one that names another
     policy keep theirs. A named policy or file is read now, so a bad one is refused at once (``auto`` is looked up when
     the target is loaded: ``proposer_options``)."""
-    if policy is None or policy.lower() == OFF or POLICY not in spec.params:
-        return spec
-    if spec.params[POLICY] != spec.method.defaults[POLICY]:
+    policy = None if policy is None else policy_value(policy)
+    if policy is None or POLICY not in spec.params or spec.params[POLICY] != spec.method.defaults[POLICY]:
         return spec
     if policy != AUTO:
         read_policy(policy)
@@ -366,19 +367,18 @@ def chain_length(spec: MethodSpec) -> int:
 
 
 def draft_nodes(spec: MethodSpec) -> int:
-    """The most draft nodes ``spec`` drafts a request (a tree's nodes, the root not counted; a chain's tokens)."""
-    return int(spec.params["num_draft_tokens"]) - 1 if spec.method.tree else chain_length(spec)
-
-
-def drafter_key(spec: MethodSpec) -> str | None:
-    """The parameter naming the spec's drafter folder (``draft`` or ``eagle``), None without a drafter."""
-    return spec.method.drafter
+    """The most draft nodes ``spec`` drafts a request, as its proposer counts them (``max_draft_tokens``): a tree's
+    nodes (the root not counted; no more than its steps and branches can grow), a chain's tokens."""
+    if not spec.method.tree:
+        return chain_length(spec)
+    steps, topk = int(spec.params["num_steps"]), int(spec.params["topk"])
+    return min(int(spec.params["num_draft_tokens"]) - 1, topk + (steps - 1) * topk * topk)
 
 
 def shipped_drafter_key(spec: MethodSpec) -> str | None:
     """The drafter parameter still at its default (the embedded model's shipped drafter), else None: a command
     given another target must then be told to pass its own drafter."""
-    key = drafter_key(spec)
+    key = spec.method.drafter
     return key if key and spec.params[key] == spec.method.defaults.get(key) else None
 
 
@@ -390,7 +390,7 @@ def require_own_drafter(spec: MethodSpec, option: str) -> None:
 
 
 def drafter_path(spec: MethodSpec) -> Path | None:
-    key = drafter_key(spec)
+    key = spec.method.drafter
     return Path(spec.params[key]) if key else None
 
 

@@ -81,6 +81,7 @@ def test_a_tree_becomes_a_chain_for_engines_that_verify_chains():
     assert as_chain(parse_method("ngram"), 2).params["num_speculative_tokens"] == 2
     assert as_chain(parse_method("draft"), 0) == parse_method("baseline")
     assert draft_nodes(parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32")) == 31
+    assert draft_nodes(parse_method("eagle:num_steps=3,topk=1,num_draft_tokens=8")) == 3  # as the proposer counts them
 
 
 def test_the_parameters_that_became_named_policies_say_their_new_spelling():
@@ -88,8 +89,11 @@ def test_the_parameters_that_became_named_policies_say_their_new_spelling():
         parse_method("eagle:batch_budget=4")
     with pytest.raises(ValueError, match="disable_by_batch_size is now a speculation policy, policy=plain_above:N"):
         parse_method("ngram:disable_by_batch_size=4")
-    with pytest.raises(ValueError, match="takes an integer"):
+    with pytest.raises(ValueError, match="shared:B takes an integer B"):
         parse_method("ngram:policy=shared:many")
+    with pytest.raises(ValueError, match="missing.json"):  # a file is read as the spec is, not when the model has loaded
+        parse_method("ngram:policy=/nowhere/missing.json")
+    assert parse_method("ngram:policy=AUTO").params["policy"] == "auto" and parse_method("eagle:policy=none").params["policy"] is None
     label = parse_method("eagle").label
     assert label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,draft_vocab=auto,policy=shared:4)"
     assert parse_method("eagle:policy=off").label == "eagle(num_steps=3,topk=2,num_draft_tokens=4,draft_vocab=auto)"

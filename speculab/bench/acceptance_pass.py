@@ -3,8 +3,9 @@
 Knows: acceptance needs no timing, so it is measured where it costs least: every method greedy over the first
 ``PER_DOMAIN`` prompts of each domain of the workload (12 each: Python, TypeScript, SQL, agentic), ``BATCH`` at a
 time, after the timed cells. In fp32 a request's tokens do not depend on its batch, so neither do its drafts; a
-method runs here as it drafts at batch size 1: its speculation policy (whose budgets only shrink drafts at larger
-batches) is left out, and its figures are batch 1's. Suffix decoding's shared tree does see the other requests'
+method runs here with its whole draft, its speculation policy left out (a policy only ever shortens a draft, so an
+acceptance per position holds under any policy; the figures are batch 1's for every policy that leaves the whole draft
+at batch 1, EAGLE's default among them). Suffix decoding's shared tree does see the other requests'
 outputs, as it would on a server. Each domain's row carries its prompt count. Two methods that draft alike here (an
 auto row and its fixed method) share one pass (``same_pass_as``).
 
@@ -61,7 +62,7 @@ def run_acceptance_pass(target: Target, specs: list[MethodSpec], options_of: dic
 
 
 def as_at_batch_one(spec: MethodSpec) -> MethodSpec:
-    """The spec as it drafts at batch size 1: without its policy (what drafts less at larger batches)."""
+    """The spec with its whole draft: without its policy (which only shortens drafts)."""
     return without_policy(spec)
 
 

@@ -221,7 +221,7 @@ def cell_record(target: Target, spec: MethodSpec, options: dict, repeats: list[R
         "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),
         "prompt_cache": target.cache is not None,
-        "policy": options[POLICY].to_dict() if POLICY in options else None,  # the table a policy file or auto gave
+        "policy": options[POLICY].to_dict() if POLICY in options else None,  # the policy's rules: named, a file's or auto's
         "stopped": sum(r.finish_reason == "stop" for r in requests),
         **({"outputs": outputs, "logit_margins": margins} if spec.name == "baseline" else {}),
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from speculab.bench.settings import BenchConfig
 from speculab.jsonl import read_records
-from speculab.methods import MethodSpec
+from speculab.methods import RENAMED, MethodSpec, method
 
 FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that names them
     "methods": "--methods/--policy",
@@ -53,13 +53,27 @@ def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
     values = {k: v for k, v in config.items() if k in known}
     if "time_budget_s" in config:  # the name of earlier versions
         values.setdefault("time_limit_s", config["time_budget_s"])
-    methods = tuple(MethodSpec(p["name"], {k: v for k, v in p.items() if k != "name"}) for p in config["method_params"].values())
+    methods = tuple(_recorded_spec(p, results) for p in config["method_params"].values())
     endpoints = tuple(
         Endpoint(e["url"], e.get("label"), api_key, e.get("served_model"), e.get("baseline", False)) for e in config.get("endpoints", [])
     )
     values["batch_sizes"] = tuple(values["batch_sizes"])
     values["engines"] = tuple(values.get("engines", ("speculab",)))
     return BenchConfig(methods=methods, endpoints=endpoints, **values)
+
+
+def _recorded_spec(recorded: dict, results: Path) -> MethodSpec:
+    """A method as the run recorded it; one whose parameters this speculab no longer has (an earlier version's
+    ``batch_budget``, now the policy ``shared:B``) is refused: its remaining cells would run something else under its
+    label."""
+    params = {k: v for k, v in recorded.items() if k != "name"}
+    gone = sorted(set(params) - set(method(recorded["name"]).defaults))
+    if gone:
+        raise ValueError(
+            f"--resume: {results} was written by an earlier speculab whose {recorded['name']} took {', '.join(gone)} "
+            f"({'; '.join(f'{k} is now {RENAMED[k]}' for k in gone if k in RENAMED) or 'gone since'}); start a new --out"
+        )
+    return MethodSpec(recorded["name"], params)
 
 
 def refuse_contradictions(given: BenchConfig, recorded: BenchConfig, out: Path, flags: dict[str, str] = FLAGS) -> None:

@@ -66,11 +66,11 @@ def add_launch_parsers(sub) -> None:
 
 def launch_spec(method: str, draft: str | None, custom_target: bool):
     """The method spec with ``--draft`` as its drafter; a shipped drafter is refused for another target."""
-    from speculab.methods import drafter_key, parse_method, require_own_drafter
+    from speculab.methods import parse_method, require_own_drafter
 
     spec = parse_method(method)
     if draft is not None:
-        key = drafter_key(spec)
+        key = spec.method.drafter
         if key is None:
             raise ValueError(f"--draft does not apply to --method {spec.name}")
         spec = parse_method(f"{method}{',' if ':' in method else ':'}{key}={draft}")

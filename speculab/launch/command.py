@@ -16,7 +16,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from speculab.methods import MethodSpec
+from speculab.methods import POLICY, MethodSpec
+from speculab.policy.table import AUTO, SpeculationPolicy, read_policy
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class LaunchCommand:
             "argv": self.argv,
             "env": self.environment,
             "flags": [{"flag": f.name, "value": f.value, "why": f.why} for f in self.flags],
+            "notes": list(self.notes),
+            "files": {str(path): text for path, text in self.files},
         }
 
 
@@ -129,3 +132,24 @@ def compact_json(value: dict) -> str:
 
 class UnsupportedLaunch(ValueError):
     """This engine version cannot run the method as asked; the message says which version can."""
+
+
+def launch_policy(req: LaunchRequest) -> SpeculationPolicy | None:
+    """The spec's speculation policy, None without one; ``auto`` is this machine's, which a command for a server
+    must name as the file ``speculab tune`` wrote."""
+    text = req.spec.params.get(POLICY)
+    if text == AUTO:
+        raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
+    return None if text is None else read_policy(text)
+
+
+def policy_shortfall(req: LaunchRequest, engine: str, lacking: list[str]) -> list[str]:
+    """What of the spec's policy ``engine`` cannot express: refused for a strict request whose policy is its own
+    choice; else (the method's default policy, or what ``speculab tune`` prints) the notes that say it is left out."""
+    if not lacking:
+        return []
+    text = req.spec.params.get(POLICY)
+    said = f"policy={text}: {engine} {req.version} cannot express {'; '.join(lacking)}"
+    if req.strict_policy and text != req.spec.method.defaults.get(POLICY):
+        raise UnsupportedLaunch(f"{said}; launch with policy=off or another policy")
+    return [f"{said}, left out"]

@@ -21,20 +21,20 @@ Does not know: how a process is run (``server.py``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from packaging.version import Version
 
-from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, served_flags
-from speculab.methods import POLICY, MethodSpec, chain_length, draft_nodes
+from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, launch_policy, policy_shortfall, served_flags
+from speculab.methods import MethodSpec, chain_length, draft_nodes
 from speculab.policy.engines import SglangBudget, sglang_budget
-from speculab.policy.table import AUTO, read_policy
 
 ADAPTIVE_FROM = Version("0.5.23")  # the first recorded parser with --speculative-adaptive (absent in 0.5.3)
 NEWEST_KNOWN = Version("0.5.23")
-ADAPTIVE_CONFIG = "sglang-adaptive.json"
+ADAPTIVE_CONFIG = "sglang-adaptive-{digest}.json"  # one a spec: launches of several methods share a run folder
 
 
 def _drafter(req: LaunchRequest) -> str:
@@ -89,7 +89,8 @@ def _speculative_flags(req: LaunchRequest) -> tuple[list[Flag], list[str], tuple
         flags.append(Flag("--speculative-token-map", str(req.token_map), "the reduced draft vocabulary (FR-Spec): the kept token ids"))
     files: tuple = ()
     if budget is not None and budget.adaptive:
-        path = (req.run_dir or Path(".")) / ADAPTIVE_CONFIG
+        digest = hashlib.sha256(spec.label.encode()).hexdigest()[:10]
+        path = (req.run_dir or Path(".")) / ADAPTIVE_CONFIG.format(digest=digest)
         flags += [
             Flag("--speculative-adaptive", None, "the draft steps change with the batch size"),
             Flag("--speculative-adaptive-config", str(path), "the policy's draft budget per smallest batch size"),
@@ -99,33 +100,29 @@ def _speculative_flags(req: LaunchRequest) -> tuple[list[Flag], list[str], tuple
 
 
 def _budget(req: LaunchRequest) -> tuple[SglangBudget | None, list[str]]:
-    """The spec's policy in SGLang's settings (``policy.engines``), None without one. A policy SGLang cannot express in
-    full is refused, unless it is the method's default or the request is not strict: its expressible part is then
-    kept (a tree keeps its shape and drafts the most at every batch size) and the rest said in a note."""
+    """The spec's policy in SGLang's settings (``policy.engines``), None without one, and the notes it adds. What SGLang
+    cannot express is refused, or left out and said (``command.policy_shortfall``): a tree then keeps its shape and
+    drafts the most at every batch size."""
     spec = req.spec
-    text = spec.params.get(POLICY)
-    if text is None:
+    policy = launch_policy(req)
+    if policy is None:
         return None, []
-    if text == AUTO:
-        raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
-    budget = sglang_budget(read_policy(text), draft_nodes(spec), cannot_adapt=_cannot_adapt(req))
+    nodes = draft_nodes(spec)
+    budget = sglang_budget(policy, nodes, cannot_adapt=_cannot_adapt(req))
     lacking = list(budget.cannot)
     if budget.adaptive and spec.method.tree and spec.params.get("topk", 1) > 1:
         lacking.append(f"a tree (topk {spec.params['topk']}) whose budget changes with the batch size: SGLang adapts chains only")
         budget = replace(budget, adaptive=None)
-    if not lacking:
-        return budget, []
-    if req.strict_policy and text != spec.method.defaults.get(POLICY):
-        raise UnsupportedLaunch(
-            f"policy={text}: SGLang {req.version} cannot express {'; '.join(lacking)}; launch with policy=off or another policy"
-        )
-    return budget, [f"policy={text}: SGLang {req.version} cannot express {'; '.join(lacking)}, left out"]
+    notes = policy_shortfall(req, "SGLang", lacking)
+    if 0 < budget.steps < nodes and not budget.adaptive:
+        notes.append(f"its policy drafts at most {budget.steps} of the spec's {nodes} draft nodes")
+    return budget, notes
 
 
 def _cannot_adapt(req: LaunchRequest) -> str | None:
     on = req.spec.method.sglang
     if not on.adapts:
-        return f"SGLang adapts EAGLE chains only; {on.algorithm} drafts a fixed --speculative-num-steps"
+        return f"SGLang adapts EAGLE chains only; {on.algorithm} drafts as many tokens at every batch size"
     if req.version < ADAPTIVE_FROM:
         return f"--speculative-adaptive arrived after {req.version} (first recorded in {ADAPTIVE_FROM})"
     return None

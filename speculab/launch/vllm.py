@@ -27,10 +27,18 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from speculab.launch.command import Flag, LaunchCommand, LaunchRequest, UnsupportedLaunch, compact_json, served_flags
-from speculab.methods import POLICY, chain_length
+from speculab.launch.command import (
+    Flag,
+    LaunchCommand,
+    LaunchRequest,
+    UnsupportedLaunch,
+    compact_json,
+    launch_policy,
+    policy_shortfall,
+    served_flags,
+)
+from speculab.methods import chain_length
 from speculab.policy.engines import VllmBudget, vllm_budget
-from speculab.policy.table import AUTO, read_policy
 
 SPECULATIVE_CONFIG_FROM = Version("0.8.3")
 V0_REMOVED = Version("0.11.0")
@@ -76,28 +84,23 @@ def _config_flags(req: LaunchRequest) -> tuple[list[Flag], list[str]]:
 
 
 def _budget(req: LaunchRequest) -> tuple[VllmBudget | None, list[str]]:
-    """The spec's policy in vLLM's settings (``policy.engines``), None without one. A policy vLLM cannot express in
-    full is refused, unless it is the method's default or the request is not strict: its expressible part is then
-    kept and the rest said in a note."""
-    text = req.spec.params.get(POLICY)
-    if text is None:
+    """The spec's policy in vLLM's settings (``policy.engines``), None without one, and the notes it adds. What vLLM
+    cannot express is refused, or left out and said (``command.policy_shortfall``)."""
+    policy = launch_policy(req)
+    if policy is None:
         return None, []
-    if text == AUTO:
-        raise UnsupportedLaunch(f"policy={AUTO}: pass the policy file `speculab tune` wrote (it prints its path)")
-    budget = vllm_budget(read_policy(text), chain_length(req.spec))
+    chain = chain_length(req.spec)
+    budget = vllm_budget(policy, chain)
     lacking = list(budget.cannot)
     if "num_speculative_tokens_per_batch_size" in budget.config and req.version < DYNAMIC_SD_FROM:
         lacking.append(
             f"a budget that changes with the batch size (num_speculative_tokens_per_batch_size arrived in {DYNAMIC_SD_FROM}, vllm#32374)"
         )
         budget = replace(budget, config={"num_speculative_tokens": budget.config["num_speculative_tokens"]})
-    if not lacking:
-        return budget, []
-    if req.strict_policy and text != req.spec.method.defaults.get(POLICY):
-        raise UnsupportedLaunch(
-            f"policy={text}: vLLM {req.version} cannot express {'; '.join(lacking)}; launch with policy=off or another policy"
-        )
-    return budget, [f"policy={text}: vLLM {req.version} cannot express {'; '.join(lacking)}, left out"]
+    notes = [*policy_shortfall(req, "vLLM", lacking), *budget.notes]
+    if 0 < budget.config["num_speculative_tokens"] < chain:
+        notes.append(f"its policy drafts at most {budget.config['num_speculative_tokens']} of the spec's chain of {chain}")
+    return budget, notes
 
 
 # -- up to 0.8.2: the V0 flags -------------------------------------------------------------------------
@@ -173,7 +176,7 @@ def _notes(req: LaunchRequest, old: bool) -> list[str]:
     notes = []
     if spec.method.tree:
         notes.append(
-            f"vLLM verifies chains only (no tree, vllm#42121): a chain of {chain_length(spec)} tokens, the spec's num_steps; "
+            f"vLLM verifies chains only (no tree, vllm#42121): the spec's num_steps, {chain_length(spec)}, is its chain; "
             f"compare with speculab's {spec.name}:topk=1 cells"
         )
     if spec.params.get("draft_vocab") is not None:

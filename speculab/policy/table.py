@@ -16,8 +16,9 @@ measured on this machine: ``store.py``), ``off``, or a named policy:
 - ``plain_above:N``: no budget up to N running requests, plain decoding above (vLLM v0's
   ``speculative_disable_by_batch_size``).
 
-Knows: loads, budgets and the file. Does not know: costs (a tuner writes the rules), how a proposer drafts under a
-budget (``speculative/policy_proposer.py``), or engines (``engines.py``).
+Knows: loads, budgets, the file, how a ``policy=`` value is read and the ``--policy`` flag. Does not know: costs (a
+tuner writes the rules), how a proposer drafts under a budget (``speculative/policy_proposer.py``), or engines
+(``engines.py``).
 """
 
 from __future__ import annotations
@@ -78,11 +79,6 @@ class SpeculationPolicy:
     def keys_on_context(self) -> bool:
         return any(r.context_len for r in self.rules)
 
-    @property
-    def most(self) -> int | None:
-        """The largest budget of any rule; None without rules."""
-        return max((r.draft_nodes for r in self.rules), default=None)
-
     @classmethod
     def by_batch_size(cls, budgets: dict[int, int], **floor) -> SpeculationPolicy:
         """Each batch size's budget, holding from it up to the next one given (a tuner's choice); equal neighbours
@@ -124,11 +120,10 @@ class SpeculationPolicy:
         if unknown:
             raise ValueError(f"unknown policy keys: {', '.join(sorted(unknown))}")
         rules = tuple(sorted(_rule(r) for r in _rule_list(raw.get("draft_budget", []))))
-        floor = {k: raw[k] for k in ("min_acceptance", "window", "probe_nodes") if k in raw}
-        try:
-            return cls(rules, **{k: (float if k == "min_acceptance" else int)(v) for k, v in floor.items()})
-        except (TypeError, ValueError) as e:
-            raise ValueError(str(e)) from None
+        floor = {
+            key: _number(raw, key, kind) for key, kind in (("min_acceptance", float), ("window", int), ("probe_nodes", int)) if key in raw
+        }
+        return cls(rules, **floor)
 
     @classmethod
     def from_file(cls, path: str | Path) -> SpeculationPolicy:
@@ -142,6 +137,13 @@ class SpeculationPolicy:
 
 
 NAMED = {"shared": SpeculationPolicy.shared, "plain_above": SpeculationPolicy.plain_above}
+NUMBER_OF = {"shared": "B", "plain_above": "N"}  # as the docs write them: shared:B, plain_above:N
+
+
+def policy_value(text: str) -> str | None:
+    """A ``policy=`` value as given: None for ``off`` or ``none``, ``auto`` in any case, else as written."""
+    low = text.strip().lower()
+    return None if low in ("", OFF, "none") else AUTO if low == AUTO else text
 
 
 def named_policy(text: str) -> SpeculationPolicy | None:
@@ -150,7 +152,7 @@ def named_policy(text: str) -> SpeculationPolicy | None:
     if not colon or name not in NAMED:
         return None
     if not number.isdigit():
-        raise ValueError(f"policy={text}: {name}:N takes an integer N")
+        raise ValueError(f"policy={text}: {name}:{NUMBER_OF[name]} takes an integer {NUMBER_OF[name]}")
     try:
         return NAMED[name](int(number))
     except ValueError as e:
@@ -183,6 +185,13 @@ def _rule(raw) -> BudgetRule:
         return BudgetRule(int(raw["batch_size"]), int(raw.get("context_len", 0)), int(raw["draft_nodes"]))
     except (TypeError, ValueError):
         raise ValueError(f"draft_budget: batch_size, context_len and draft_nodes must be integers, got {raw!r}") from None
+
+
+def _number(raw: dict, key: str, kind: type) -> float | int:
+    try:
+        return kind(raw[key])
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a number, got {raw[key]!r}") from None
 
 
 def _legacy_rules(table) -> list[dict]:

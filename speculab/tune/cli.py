@@ -112,7 +112,7 @@ def _tune_vllm(args: argparse.Namespace) -> dict:
     spec = launch_spec(args.method, args.draft, args.model is not None)
     if POLICY not in spec.params:
         raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
-    if spec.params[POLICY] != spec.method.defaults[POLICY]:
+    if spec.params[POLICY] not in (None, spec.method.defaults[POLICY]):
         raise ValueError("--method: tune chooses the policy; name the method without one")
     spec = without_policy(spec)
     out = args.out or Path("runs") / f"tune-vllm-{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"

@@ -21,11 +21,11 @@ BUILDERS = {"vllm": (vllm.vllm_command, vllm.NEWEST_KNOWN), "sglang": (sglang.sg
 
 def engine_settings(spec: MethodSpec, policy_file: Path) -> dict:
     """{engine: {"version", "settings" (the speculative flags, or why none), "notes", "files", "basis"}}."""
-    scheduled = MethodSpec(spec.name, {**spec.params, POLICY: str(policy_file)})
+    under_policy = MethodSpec(spec.name, {**spec.params, POLICY: str(policy_file)})
     out = {}
     for engine, (build, version) in BUILDERS.items():
         drafter = Path("DRAFTER") if spec.method.drafter else None
-        request = LaunchRequest(engine, scheduled, Path("TARGET"), drafter, version, strict_policy=False, run_dir=Path("RUN"))
+        request = LaunchRequest(engine, under_policy, Path("TARGET"), drafter, version, strict_policy=False, run_dir=Path("RUN"))
         basis = f"derived from speculab's costs on this machine, not measured on {engine}"
         try:
             command = build(request)

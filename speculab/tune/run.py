@@ -29,7 +29,7 @@ def tuning(args: argparse.Namespace) -> Tuning:
     spec = parse_method(args.method)
     if POLICY not in spec.params:
         raise ValueError(f"--method {spec.name}: nothing to tune, it drafts nothing")
-    if spec.params[POLICY] != spec.method.defaults[POLICY]:
+    if spec.params[POLICY] not in (None, spec.method.defaults[POLICY]):
         raise ValueError("--method: tune chooses the policy; name the method without one")
     spec = without_policy(spec)  # the sweep sets every budget itself, up to all the method drafts
     loaded = load(args.model, args.dtype, args.device, args.kv_dtype)

@@ -131,7 +131,7 @@ def test_the_plan_explains_each_flag_and_pastes_as_one_line():
 
 
 def test_a_policy_sglang_cannot_express_is_refused_and_one_it_can_is_adaptive(tmp_path):
-    with pytest.raises(UnsupportedLaunch, match="NGRAM drafts a fixed --speculative-num-steps"):
+    with pytest.raises(UnsupportedLaunch, match="NGRAM drafts as many tokens at every batch size"):
         BUILDERS["sglang"](LaunchRequest("sglang", parse_method("ngram:policy=shared:4"), Path("/t"), None, Version("0.5.23")))
     chain = parse_method("eagle:eagle=/heads/e,topk=1,policy=shared:4")
     command = BUILDERS["sglang"](LaunchRequest("sglang", chain, Path("/t"), Path("/h"), Version("0.5.23"), run_dir=tmp_path))
@@ -167,6 +167,24 @@ def test_a_policy_becomes_vllms_schedule_from_the_version_that_has_one(tmp_path)
         vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
     with pytest.raises(UnsupportedLaunch, match="pass the policy file"):
         vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=auto"), Path("/t"), None, Version("0.32.0")))
+
+
+def test_what_a_policy_narrows_or_cannot_mean_on_vllm_is_said(tmp_path):
+    plain_above = vllm.vllm_command(LaunchRequest("vllm", parse_method("ngram:policy=plain_above:4"), Path("/t"), None, Version("0.32.0")))
+    assert any("k = 0 from batch 5" in n for n in plain_above.notes)  # vLLM's k = 0 keeps its speculative step's costs
+    wide = LaunchRequest("vllm", parse_method("eagle:num_steps=5,topk=8,num_draft_tokens=32"), Path("/t"), Path("/h"), Version("0.32.0"))
+    notes = vllm.vllm_command(wide).notes
+    assert any("its policy drafts at most 4 of the spec's chain of 5" in n for n in notes)
+
+
+def test_an_sglang_chain_never_drafts_deeper_than_its_steps(tmp_path):
+    chain = parse_method("eagle:eagle=/heads/e,topk=1,num_steps=3,num_draft_tokens=8,policy=shared:8")
+    command = BUILDERS["sglang"](LaunchRequest("sglang", chain, Path("/t"), Path("/h"), Version("0.5.23"), run_dir=tmp_path))
+    argv = command.argv
+    assert argv[argv.index("--speculative-num-steps") + 1] == "3" and argv[argv.index("--speculative-num-draft-tokens") + 1] == "4"
+    ((path, text),) = command.files
+    assert json.loads(text)["1"] == {"candidate_steps": [3]} and path.name.startswith("sglang-adaptive-")
+    assert command.record()["files"] == {str(path): text}
 
 
 def test_vllm_cpu_threads_are_pinned_to_each_ranks_share_of_the_cores():

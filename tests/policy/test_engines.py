@@ -12,7 +12,7 @@ def test_a_budget_is_vllms_k_and_never_more_than_the_chain():
     assert not said.cannot and not said.plain
     shared = vllm_budget(SpeculationPolicy.shared(4), chain=3)  # 4 nodes at batch 1 is the whole 3-token chain
     assert shared.config["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, 2, 2], [3, 3, 1]]
-    assert per_batch_size(SpeculationPolicy((BudgetRule(4, 0, 2),)), chain=5) == [(1, 5), (4, 2)]  # no budget: the chain
+    assert per_batch_size(SpeculationPolicy((BudgetRule(4, 0, 2),)), nodes=5) == [(1, 5), (4, 2)]  # no budget: the chain
 
 
 def test_what_vllm_cannot_express():
@@ -25,9 +25,9 @@ def test_what_vllm_cannot_express():
 
 def test_sglang_adapts_where_it_can_and_says_where_it_cannot():
     policy = SpeculationPolicy.by_batch_size({1: 3, 4: 1, 8: 0})
-    adapts = sglang_budget(policy, chain=3, cannot_adapt=None)
+    adapts = sglang_budget(policy, nodes=3, cannot_adapt=None)
     assert adapts.adaptive == {"1": {"candidate_steps": [3]}, "4": {"candidate_steps": [1]}, "8": {"candidate_steps": [0]}}
-    fixed = sglang_budget(policy, chain=3, cannot_adapt="NGRAM drafts a fixed --speculative-num-steps")
+    fixed = sglang_budget(policy, nodes=3, cannot_adapt="NGRAM drafts as many tokens at every batch size")
     assert fixed.adaptive is None and fixed.steps == 3 and "NGRAM" in fixed.cannot[0]
-    constant = sglang_budget(SpeculationPolicy.by_batch_size({1: 2}), chain=4, cannot_adapt="never")
+    constant = sglang_budget(SpeculationPolicy.by_batch_size({1: 2}), nodes=4, cannot_adapt="never")
     assert constant.steps == 2 and constant.adaptive is None and not constant.cannot

@@ -76,3 +76,20 @@ def test_a_bad_policy_file_is_a_clear_error_naming_the_file(tmp_path, content, m
 def test_a_missing_file_names_itself(tmp_path):
     with pytest.raises(ValueError, match="policy.json"):
         read_policy(str(tmp_path / "policy.json"))
+
+
+def test_a_rule_at_a_larger_batch_size_holds_at_every_context_length():
+    """Batch size first: (1, 4096, 5) lifts long contexts below batch 4, and (4, 0, 1) then holds for every context
+    length from batch 4 on, long ones included, unless a rule (4, C, n) says otherwise."""
+    policy = SpeculationPolicy((BudgetRule(1, 0, 3), BudgetRule(1, 4096, 5), BudgetRule(4, 0, 1)))
+    assert [policy.draft_budget(Load(b, c)) for b, c in ((2, 100), (2, 5000), (8, 100), (8, 5000))] == [3, 5, 1, 1]
+    both = SpeculationPolicy((*policy.rules, BudgetRule(4, 4096, 2)))
+    assert both.draft_budget(Load(8, 5000)) == 2
+
+
+def test_a_policy_value_is_read_in_any_case_and_none_is_off():
+    from speculab.policy.table import policy_value
+
+    assert [policy_value(v) for v in ("off", "OFF", "none", "", "Auto", "shared:4")] == [None, None, None, None, "auto", "shared:4"]
+    with pytest.raises(ValueError, match="window must be a number"):
+        SpeculationPolicy.from_dict({"window": None})

@@ -58,7 +58,7 @@ def _abbreviation(key: str) -> str:
     return "".join(word[0] for word in key.split("_") if word) or key
 
 
-def _is_file(policy: str | None) -> bool:
+def is_policy_file(policy: str | None) -> bool:
     return policy is not None and policy not in ("auto", "off") and policy.partition(":")[0] not in NAMED
 
 
@@ -66,7 +66,7 @@ def _part(key: str, value: str, files: int) -> str:
     """One differing parameter, short: ``k2``, ``auto``, ``shared4`` or ``policy`` (``files``: policy files among the
     labels)."""
     if key == POLICY:
-        if not _is_file(value):
+        if not is_policy_file(value):
             return value.replace(":", "")
         return "policy" if files == 1 else PurePosixPath(value).stem
     if key == FOLDER or key.startswith("#"):
@@ -81,7 +81,7 @@ def _group_labels(labels: list[str], params: dict[str, dict[str, str]], base: st
     """Short forms of labels sharing ``base``: the base plus each differing parameter, in the order first seen."""
     keys = list(dict.fromkeys(k for lab in labels for k in params[lab]))
     differ = [k for k in keys if len({params[lab].get(k) for lab in labels}) > 1]
-    files = len({params[lab][POLICY] for lab in labels if _is_file(params[lab].get(POLICY))})
+    files = len({params[lab][POLICY] for lab in labels if is_policy_file(params[lab].get(POLICY))})
     out = {}
     for lab in labels:
         parts = [_part(k, params[lab][k], files) for k in differ if params[lab].get(k) is not None]

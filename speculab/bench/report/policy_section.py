@@ -1,7 +1,7 @@
 """The report's section on speculation policies: each policy's draft budget at each batch size.
 
-Knows: the cells' ``policy`` records (a policy file's table, or the one ``--policy auto`` found). Does not know: how
-a policy was chosen (``speculab tune``).
+Knows: the cells' ``policy`` records (a named policy's rules, a policy file's, or the ones ``--policy auto`` found).
+Does not know: how a policy was chosen (``speculab tune``).
 """
 
 from __future__ import annotations
