@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speculab.free_memory import require
 from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
@@ -65,6 +66,24 @@ class PromptCache:
     def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
         return (tuple(prompt_ids), feature_layers)
 
+    @property
+    def nbytes(self) -> int:
+        """What the cached prompts hold: their KV, logits, features and drafters' states."""
+        tensors = [t for e in self.entries.values() for t in (e.kv, e.logits, e.features, *e.drafter_states.values())]
+        return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+
+
+def engine_seq_len(model: Transformer, max_seq_len: int | None) -> int:
+    """The positions a slot of an engine of ``model`` holds: as asked (4,096 by default), within the model's limits."""
+    return min(max_seq_len or 4096, model.config.sliding_window or 1 << 30, model.config.max_position_embeddings)
+
+
+def engine_bytes(model: Transformer, max_batch: int, max_seq_len: int | None, proposer: Proposer | None = None) -> int:
+    """The bytes an engine's caches come to once written: the target's KV and its proposer's state for every slot
+    (``free_memory``: what allocates an engine checks them first)."""
+    length = engine_seq_len(model, max_seq_len)
+    return model.cache_bytes(max_batch, length) + (proposer or Proposer()).state_bytes(max_batch, length)
+
 
 def sequence_length(prompt_tokens: int, max_tokens: int, proposer: Proposer | None = None) -> int:
     """The KV positions one request needs on an engine: prompt, output and the proposer's ``headroom``; the one
@@ -90,7 +109,9 @@ class Engine:
         self.model = model
         self.proposer = proposer or Proposer()
         self.max_batch = max_batch
-        self.max_seq_len = min(max_seq_len or 4096, model.config.sliding_window or 1 << 30, model.config.max_position_embeddings)
+        self.max_seq_len = engine_seq_len(model, max_seq_len)
+        what = f"an engine of {max_batch} slots x {self.max_seq_len} positions ({self.proposer.name})"
+        require(engine_bytes(model, max_batch, self.max_seq_len, self.proposer), what, model.norm.weight.device)
         self.cache: KVCache = model.new_cache(max_batch, self.max_seq_len)
         self.proposer.bind(max_batch, self.max_seq_len, model.config)
         self.default_stop_ids = stop_ids or frozenset(model.config.eos_token_ids)

@@ -156,3 +156,17 @@ def test_a_request_failing_in_prefill_fails_alone(model, monkeypatch):
     done = Engine(model, max_batch=2, max_seq_len=128).generate(prompts, [SamplingParams(max_tokens=6, temperature=0.5), good])
     assert done[0].finish_reason == "error" and done[0].output_ids == []
     assert done[1].output_ids == run_alone(model, prompts[1], good)
+
+
+def test_an_engines_bytes_are_its_caches_and_one_that_does_not_fit_is_refused(model, monkeypatch):
+    from speculab import free_memory
+    from speculab.engine import engine_bytes
+    from speculab.free_memory import MemoryShortfall
+    from speculab.methods import make_proposer
+
+    draft = make_proposer("draft", model=tiny_model(seed=4, num_hidden_layers=1), num_speculative_tokens=3)
+    engine = Engine(model, max_batch=3, max_seq_len=96, proposer=draft)
+    assert engine_bytes(model, 3, 96, draft) == engine.cache.kv.nbytes + draft.cache.kv.nbytes
+    monkeypatch.setattr(free_memory, "available_bytes", lambda device="cpu": engine_bytes(model, 3, 96, draft))
+    with pytest.raises(MemoryShortfall, match=r"an engine of 3 slots x 96 positions \(draft\) needs"):
+        Engine(model, max_batch=3, max_seq_len=96, proposer=draft)  # the margin is not there

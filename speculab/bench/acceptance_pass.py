@@ -1,12 +1,12 @@
 """The bench's acceptance pass: each speculative method's acceptance by language on enough prompts, untimed.
 
 Knows: acceptance needs no timing, so it is measured where it costs least: every method greedy over the first
-``PER_DOMAIN`` prompts of each domain of the workload (12 each: Python, TypeScript, SQL, agentic), ``BATCH`` at a
-time, after the timed cells. In fp32 a request's tokens do not depend on its batch, so neither do its drafts; a
-method runs here with its whole draft, its speculation policy left out (a policy only ever shortens a draft, so an
-acceptance per position holds under any policy; the figures are batch 1's for every policy that leaves the whole draft
-at batch 1, EAGLE's default among them). Suffix decoding's shared tree does see the other requests'
-outputs, as it would on a server. Each domain's row carries its prompt count. Two methods that draft alike here (an
+``PER_DOMAIN`` prompts of each domain of the workload (12 each: Python, TypeScript, SQL, agentic), ``BATCH`` at a time
+(fewer where memory holds no engine of 16), after the timed cells. In fp32 a request's tokens do not depend on its
+batch, so neither do its drafts; a method runs here with its whole draft, its speculation policy left out (a policy
+only ever shortens a draft, so an acceptance per position holds under any policy; the figures are batch 1's for every
+policy that leaves the whole draft at batch 1, EAGLE's default among them). Suffix decoding's shared tree does see the
+other requests' outputs, as it would on a server. Each domain's row carries its prompt count. Two methods that draft alike here (an
 auto row and its fixed method) share one pass (``same_pass_as``).
 
 Does not know: the timed cells (``in_process.py``) or the report (``report/acceptance_section.py``).
@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
+from speculab import free_memory
 from speculab.bench.in_process import Target, run_once
 from speculab.bench.settings import ACCEPTANCE, RunContext
 from speculab.bench.workload import WorkloadItem, interleave_domains, load_workload
+from speculab.engine import engine_bytes, sequence_length
+from speculab.free_memory import usable_bytes
 from speculab.methods import POLICY, MethodSpec, new_proposer, without_policy
 from speculab.sampling import SamplingParams
 from speculab.speculative.stats import SpecStats
@@ -72,7 +75,9 @@ def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_toke
     # the options were built from the spec as the cells run it: its policy (a file's or auto's) is in them
     options = {k: v for k, v in options.items() if k != POLICY}
     params = [SamplingParams(max_tokens=max_tokens)] * len(target.prompts)
-    requests, _ = run_once(target, new_proposer(batch_one, options), BATCH, params, bar)
+    proposer = new_proposer(batch_one, options)
+    batch = batch_that_fits(target, proposer, max_tokens)
+    requests, _ = run_once(target, proposer, batch, params, bar)
     by_domain: dict[str, SpecStats] = {}
     prompts: dict[str, int] = {}
     for r, item in zip(requests, target.items, strict=True):
@@ -86,11 +91,22 @@ def measure_acceptance(target: Target, spec: MethodSpec, options: dict, max_toke
         "method": spec.name,
         "label": spec.label,
         "drafted_as": batch_one.text,
-        "batch_size": BATCH,
+        "batch_size": batch,
         "max_tokens": max_tokens,
         "by_domain": {d: _figures(s, prompts[d]) for d, s in sorted(by_domain.items())},
         "all": _figures(total, len(requests)),
     }
+
+
+def batch_that_fits(target: Target, proposer, max_tokens: int) -> int:
+    """``BATCH``, or the largest of its halves whose engine fits in the memory free now (the figures do not depend on
+    it: fp32 drafts do not depend on the batch)."""
+    model, batch = target.loaded.model, BATCH
+    length = sequence_length(max(map(len, target.prompts)), max_tokens, proposer)
+    free = usable_bytes(free_memory.available_bytes(model.norm.weight.device))
+    while batch > 1 and engine_bytes(model, batch, length, proposer) > free:
+        batch //= 2
+    return batch
 
 
 def _figures(stats: SpecStats, prompts: int) -> dict:

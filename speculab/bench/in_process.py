@@ -17,15 +17,17 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from speculab import free_memory
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
+from speculab.bench.memory_fit import RoundsFit, fit_rounds
 from speculab.bench.settings import BenchConfig, RunContext
 from speculab.bench.sizing import calibrate, prompts_per_batch, remembered
 from speculab.bench.turns import OwnClock, Turn, take_turns
 from speculab.bench.workload import WorkloadItem
-from speculab.engine import Engine, PromptCache, sequence_length
+from speculab.engine import Engine, PromptCache, engine_bytes, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
 from speculab.request import Request
 from speculab.runtime import LoadedModel, load
@@ -171,24 +173,46 @@ def round_in_turns(
 
 
 def measure_in_rounds(
-    target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig, run: RunContext
+    target: Target,
+    specs: list[MethodSpec],
+    options_of: dict[str, dict],
+    batch_size: int,
+    cfg: BenchConfig,
+    run: RunContext,
+    in_turns: bool = True,
 ) -> list[dict]:
     """The cells of ``specs`` at one batch size in rounds. The first round runs each method alone, one after another
-    (its peak memory); in the later ones their engines take turns of ``TURN_S``. A method's per-round ratio to the
-    baseline of its round cancels the machine's drift, and the median ratio lies between two rounds taken in turns.
-    Each cell's record (baseline first), once every round has run."""
+    (its peak memory); in the later ones their engines take turns of ``TURN_S`` (``in_turns``; else, where memory
+    holds one engine at a time, they run as the first round does). A method's per-round ratio to the baseline of its
+    round cancels the machine's drift, and the median ratio lies between two rounds taken in turns. Each cell's record
+    (baseline first), once every round has run."""
     repeats: dict[str, list[Repeat]] = {s.label: [] for s in specs}
+    for round_index in range(cfg.repeats):
+        if round_index and in_turns:
+            run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats}, in turns")
+            for spec, repeat in zip(specs, round_in_turns(target, specs, options_of, batch_size, cfg, run.bar)):
+                repeats[spec.label].append(repeat)
+            continue
+        for spec in specs:
+            run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats} {spec.label}")
+            repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
+    return [cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg, in_turns) for s in specs]
+
+
+def rounds_fit(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig) -> RoundsFit:
+    """How the rounds of ``specs`` at ``batch_size`` fit in the memory free now (``memory_fit``)."""
+    longest, lm = max(map(len, target.prompts)), target.loaded
+    needed = {}
     for spec in specs:
-        run.show(f"b{batch_size} round 1/{cfg.repeats} {spec.label}")
-        repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
-    for round_index in range(1, cfg.repeats):
-        run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats}, in turns")
-        for spec, repeat in zip(specs, round_in_turns(target, specs, options_of, batch_size, cfg, run.bar)):
-            repeats[spec.label].append(repeat)
-    return [cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg) for s in specs]
+        proposer = new_proposer(spec, options_of[spec.label])
+        needed[spec.label] = engine_bytes(lm.model, batch_size, sequence_length(longest, cfg.max_tokens, proposer), proposer)
+    cached = target.cache.nbytes if target.cache is not None else 0
+    return fit_rounds(needed, free_memory.available_bytes(lm.model.norm.weight.device), cached)
 
 
-def cell_record(target: Target, spec: MethodSpec, options: dict, repeats: list[Repeat], batch_size: int, cfg: BenchConfig) -> dict:
+def cell_record(
+    target: Target, spec: MethodSpec, options: dict, repeats: list[Repeat], batch_size: int, cfg: BenchConfig, in_turns: bool = True
+) -> dict:
     """A cell's record from its repeats, in the order they ran (``tok_s_by_round``): the median repeat's figures, and
     greedy identity with the baseline's outputs at this batch size (a baseline's own outputs become that reference)."""
     median = sorted(repeats, key=lambda r: r.tok_s)[len(repeats) // 2]
@@ -216,7 +240,7 @@ def cell_record(target: Target, spec: MethodSpec, options: dict, repeats: list[R
         **request_timings(requests),
         **_stats(requests, target.items),
         "peak_rss_bytes": max((r.peak_rss_bytes for r in repeats if r.peak_rss_bytes is not None), default=None),
-        "turn_s": TURN_S if len(repeats) > 1 else None,  # the later rounds' turns (measure_in_rounds)
+        "turn_s": TURN_S if len(repeats) > 1 and in_turns else None,  # the later rounds' turns (measure_in_rounds)
         "greedy_identical": (outputs == reference) if greedy else None,
         "agreement": prefix_agreement(outputs, reference) if greedy else None,
         **(_divergence_fields(target, outputs, reference, margins, at) if greedy and outputs != reference else {}),

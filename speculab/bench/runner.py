@@ -23,11 +23,13 @@ from tqdm import tqdm
 from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.auto_policy import tune_untuned
+from speculab.bench.memory_fit import skipped_record
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_commands, engine_label, measure_engine
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
+from speculab.free_memory import gib
 from speculab.methods import MethodSpec, drafter_path, proposer_options, spec_draft_vocab_size
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import read_head_config
@@ -101,13 +103,27 @@ def _measure_cells(
     for batch_size in run.cfg.batch_sizes:
         pending = [s for s in specs if run.state.pending(s.label, batch_size)]
         if pending:
-            prompts = target.first(sizing["prompts_per_batch"][batch_size])
-            for cell in in_process.measure_in_rounds(prompts, pending, options_of, batch_size, run.cfg, run):
-                run.write(cell | {"transport": "in-process", "engine": "speculab"})
+            _measure_in_process(run, target, pending, options_of, batch_size, sizing["prompts_per_batch"][batch_size])
         for what in served:
             if run.state.pending(what[1].label, batch_size):
                 run.show(f"{what[1].label} b{batch_size}")
                 run.write(_endpoint_cell(what, batch_size, items, references, run))
+
+
+def _measure_in_process(run: RunContext, target, pending: list[MethodSpec], options_of: dict, batch_size: int, num_prompts: int) -> None:
+    """One batch size's in-process cells, in rounds as memory allows (``memory_fit``): a cell it cannot hold is
+    recorded as skipped, with its reason and bytes."""
+    fit = in_process.rounds_fit(target.first(num_prompts), pending, options_of, batch_size, run.cfg)
+    if fit.release_cache and target.cache is not None:
+        run.show(f"b{batch_size}: releasing the prompt cache ({gib(target.cache.nbytes)}) for memory")
+        target.cache = None
+    for spec in pending:
+        if spec.label in fit.skipped:
+            run.write(skipped_record(spec.label, spec.name, batch_size, fit))
+    measured = [s for s in pending if s.label not in fit.skipped]
+    prompts = target.first(num_prompts)
+    for cell in in_process.measure_in_rounds(prompts, measured, options_of, batch_size, run.cfg, run, fit.in_turns) if measured else []:
+        run.write(cell | fit.cell_fields(cell["label"]) | {"transport": "in-process", "engine": "speculab"})
 
 
 def _endpoint_cell(served: tuple, batch_size: int, items, references: References, run: RunContext) -> dict:

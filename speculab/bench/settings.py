@@ -88,7 +88,8 @@ def run_state(previous: list[dict], resume: bool) -> RunState:
     """A new run, or with ``resume`` the last one in ``previous`` (the results file's records)."""
     runs = [r for r in previous if r.get("kind") == "run"]
     run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
-    done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") == "cell" and r.get("run_id") == run_id}
+    # a cell skipped for memory is done too: its record is the run's answer there (bench/memory_fit.py)
+    done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") in ("cell", "skipped") and r.get("run_id") == run_id}
     done |= {(r["label"], ACCEPTANCE) for r in previous if r.get("kind") == ACCEPTANCE and r.get("run_id") == run_id}
     return RunState(run_id, frozenset(done), runs[-1] if runs and resume else None)
 

@@ -23,6 +23,7 @@ import time
 
 from speculab.engine import Engine
 from speculab.files import cache_dir
+from speculab.free_memory import MemoryShortfall
 from speculab.policy.store import machine_id
 from speculab.sampling import SamplingParams
 
@@ -72,7 +73,10 @@ def calibrate(model, prompts: list[list[int]], batch_sizes: tuple[int, ...], sto
     for b in sorted({min(batch_sizes), max(batch_sizes)}):
         chosen = (prompts * b)[:b]
         params = SamplingParams(max_tokens=CALIBRATION_TOKENS, ignore_eos=True)
-        engine = Engine(model, b, max(map(len, chosen)) + CALIBRATION_TOKENS + 2, stop_ids, None, cache)
+        try:
+            engine = Engine(model, b, max(map(len, chosen)) + CALIBRATION_TOKENS + 2, stop_ids, None, cache)
+        except MemoryShortfall:  # the largest batch's cells will say so; its rate is the smaller one's (rate_at)
+            continue
         started = time.perf_counter()
         requests = engine.generate(chosen, params)
         rates[b] = sum(len(r.output_ids) for r in requests) / (time.perf_counter() - started)

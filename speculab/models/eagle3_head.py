@@ -59,6 +59,11 @@ class Eagle3Head(nn.Module):
         c, w = self.config, self.norm.weight  # fc may be prepacked: no .weight
         return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
 
+    def cache_bytes(self, num_slots: int, max_len: int) -> int:
+        """The bytes ``new_cache(num_slots, max_len)`` holds once written."""
+        c, w = self.config, self.norm.weight
+        return KVCache.nbytes_for(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype)
+
     def map_tokens(self, draft_ids: Tensor) -> Tensor:
         """Draft-vocabulary ids to target ids."""
         return draft_ids + self.d2t[draft_ids]

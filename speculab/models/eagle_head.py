@@ -46,6 +46,11 @@ class EagleHead(nn.Module):
         c, w = self.config, self.layer.post_attention_layernorm.weight  # fc may be prepacked: no .weight
         return KVCache(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype, w.device)
 
+    def cache_bytes(self, num_slots: int, max_len: int) -> int:
+        """The bytes ``new_cache(num_slots, max_len)`` holds once written."""
+        c, w = self.config, self.layer.post_attention_layernorm.weight
+        return KVCache.nbytes_for(1, num_slots, c.num_kv_heads, c.head_dim, max_len, w.dtype)
+
     def forward(  # differentiable: the trainer calls it with a fresh cache; loaded heads have no grads
         self,
         target: Transformer,

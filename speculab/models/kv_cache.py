@@ -5,9 +5,9 @@ Layout: ``[layers, slots, 2 * kv_heads, max_len, head_dim]``; keys are the first
 a time; ``lengths[slot]`` is how many positions of it are committed.
 
 Knows: rollback (keep a prefix), compaction (move an accepted tree path into
-place after the context, in every layer at once), bytes per token and capacity
-under a given memory size. Does not know: which tokens those positions hold, or
-what is allowed to attend to what (that is the mask's job).
+place after the context, in every layer at once), and the bytes a cache of given
+dimensions comes to once written (``nbytes_for``). Does not know: which tokens
+those positions hold, or what is allowed to attend to what (that is the mask's job).
 
 Positions at or past ``lengths[slot]`` are garbage that the next forward
 overwrites; no forward may attend to them, so rollback is bookkeeping only.
@@ -34,6 +34,12 @@ class KVCache:
         self.kv = torch.zeros(num_layers, num_slots, 2 * num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
         self.lengths = [0] * num_slots
         self.max_len = max_len
+
+    @staticmethod
+    def nbytes_for(num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, max_len: int, dtype: torch.dtype) -> int:
+        """The bytes a cache of these dimensions holds once every position is written: its pages are mapped as they
+        are written (``torch.zeros``), so this is what a full engine costs, not what a fresh one does."""
+        return num_layers * num_slots * 2 * num_kv_heads * max_len * head_dim * torch.empty((), dtype=dtype).element_size()
 
     @property
     def num_slots(self) -> int:

@@ -244,6 +244,11 @@ class Transformer(nn.Module):
         c = self.config
         return KVCache(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.kv_dtype or self.dtype, self.norm.weight.device)
 
+    def cache_bytes(self, num_slots: int, max_len: int) -> int:
+        """The bytes ``new_cache(num_slots, max_len)`` holds once written."""
+        c = self.config
+        return KVCache.nbytes_for(c.num_layers, num_slots, c.num_kv_heads, c.head_dim, max_len, self.kv_dtype or self.dtype)
+
     @torch.no_grad()
     def forward(
         self,

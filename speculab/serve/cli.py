@@ -60,7 +60,8 @@ def build_server(args: argparse.Namespace):
     """The FastAPI app for these arguments, its model and drafter loaded; (app, info, worker)."""
     import speculab
     from speculab import runtime
-    from speculab.engine import Engine
+    from speculab.engine import Engine, engine_bytes
+    from speculab.free_memory import require
     from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter, with_policy
     from speculab.redact import redact_argv
     from speculab.serve.app import build_app
@@ -78,12 +79,15 @@ def build_server(args: argparse.Namespace):
     if args.model is not None:
         require_own_drafter(spec, "{key}=PATH")
     loaded = runtime.load(args.model, args.dtype, args.device, args.kv_dtype)
+    proposer = new_proposer(spec, proposer_options(spec, loaded))
+    needed = engine_bytes(loaded.model, args.max_batch, args.max_model_len, proposer)
+    require(needed, f"--max-batch {args.max_batch} x --max-model-len {args.max_model_len} ({spec.name})", loaded.model.norm.weight.device)
     engine = Engine(
         loaded.model,
         args.max_batch,
         args.max_model_len,
         loaded.tokenizer.stop_ids,
-        new_proposer(spec, proposer_options(spec, loaded)),
+        proposer,
         prefills_per_step=args.prefills_per_step or None,
     )
     name = args.served_model_name or loaded.path.name

@@ -46,13 +46,16 @@ class DraftModelProposer(Proposer):
         self.device = model.norm.weight.device
         self.reduced = None if kept_token_ids is None else ReducedVocabulary.of(model, kept_token_ids)
 
+    def state_bytes(self, num_slots: int, max_seq_len: int) -> int:
+        return self.model.cache_bytes(num_slots, max_seq_len + self.k + 2)
+
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.model.config.vocab_size != target.vocab_size:
             raise VocabularyMismatchError(
                 f"draft model vocab_size {self.model.config.vocab_size} != target vocab_size {target.vocab_size}: "
                 "a draft model must share the target's tokenizer"
             )
-        self.cache = self.model.new_cache(num_slots, max_seq_len + self.k + 2)
+        self.cache = self.model.new_cache(num_slots, max_seq_len + self.k + 2)  # state_bytes counts the same
         self.synced = [0] * num_slots  # leading tokens of the request's sequence held by the cache
         self.pending: list[list[int]] = [[] for _ in range(num_slots)]  # draft tokens fed after those
 

@@ -91,11 +91,17 @@ class EagleProposer(Proposer):
         keep = max(1, min(self.max_draft_tokens, most))
         return min(self.topk, keep), min(self.num_steps, keep), keep
 
+    def _cache_len(self, max_seq_len: int) -> int:
+        """The head's cache positions: the sequence, a tree's frontier beyond it and the draft."""
+        return max_seq_len + self.topk * max(1, self.num_steps - 1) + self.max_draft_tokens + 2
+
+    def state_bytes(self, num_slots: int, max_seq_len: int) -> int:
+        return self.head.cache_bytes(num_slots, self._cache_len(max_seq_len))
+
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         if self.head.config.vocab_size != target.vocab_size:
             raise VocabularyMismatchError(f"EAGLE head vocab_size {self.head.config.vocab_size} != target vocab_size {target.vocab_size}")
-        tree_room = self.topk * max(1, self.num_steps - 1)
-        self.cache = self.head.new_cache(num_slots, max_seq_len + tree_room + self.max_draft_tokens + 2)
+        self.cache = self.head.new_cache(num_slots, self._cache_len(max_seq_len))
         self.features: list[list[Tensor]] = [[] for _ in range(num_slots)]  # target features not yet fed
 
     # -- slots ------------------------------------------------------------------

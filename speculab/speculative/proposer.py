@@ -82,6 +82,10 @@ class Proposer:
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         """Called once by the engine: its slot count, sequence limit and the target's config."""
 
+    def state_bytes(self, num_slots: int, max_seq_len: int) -> int:
+        """The bytes ``bind`` allocates for these slots and sequence limit, once written (a drafter's KV cache)."""
+        return 0
+
     def propose(self, state: ProposeState) -> list[Draft]:
         return [Draft.empty() for _ in state.requests]
 
@@ -133,6 +137,9 @@ class WrappedProposer(Proposer):
 
     def bind(self, num_slots: int, max_seq_len: int, target: ModelConfig) -> None:
         self.inner.bind(num_slots, max_seq_len, target)
+
+    def state_bytes(self, num_slots: int, max_seq_len: int) -> int:
+        return self.inner.state_bytes(num_slots, max_seq_len)
 
     def admit(self, slot: int, request: RunningRequest, features: Tensor | None = None) -> None:
         self.inner.admit(slot, request, features)

@@ -1,17 +1,19 @@
 """``speculab tune``'s runs, in order: warm the prompt cache, sweep the budgets at each batch size, check the policy.
 
-Knows: the loaded target, the method's proposer options, the prompts and how many requests each batch size needs
-for enough clean steps per budget. Does not know: the cost arithmetic (``cost_model.py``) or the command line.
+Knows: the loaded target, the method's proposer options, the prompts, how many requests each batch size needs
+for enough clean steps per budget, and which batch sizes' engines the memory free now can hold (the others are not
+measured, and say why). Does not know: the cost arithmetic (``cost_model.py``) or the command line.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from speculab.engine import Engine, PromptCache
+from speculab.engine import Engine, PromptCache, engine_bytes, sequence_length
+from speculab.free_memory import MemoryShortfall, require
 from speculab.methods import MethodSpec, new_proposer
 from speculab.policy.table import SpeculationPolicy
 from speculab.sampling import SamplingParams
@@ -34,9 +36,24 @@ class Tuning:
     domains: list[str]
     max_tokens: int
     progress: bool = True
+    skipped: dict[int, str] = field(default_factory=dict)  # batch size -> why memory could not hold its engine
 
     def proposer(self, policy: SpeculationPolicy | None = None) -> TimedProposer:
         return TimedProposer(new_proposer(self.spec, self.options), policy)
+
+    def fits(self, batch_size: int) -> bool:
+        """Whether an engine at ``batch_size`` fits in the memory free now; one that does not is kept in ``skipped``
+        with its bytes, and its batch size is not measured (``free_memory``)."""
+        proposer = self.proposer()
+        length = sequence_length(max(map(len, self.prompts)), self.max_tokens, proposer)
+        try:
+            require(
+                engine_bytes(self.loaded.model, batch_size, length, proposer), f"batch {batch_size}", self.loaded.model.norm.weight.device
+            )
+        except MemoryShortfall as e:
+            self.skipped[batch_size] = str(e)
+            return False
+        return True
 
     def run(self, batch_size: int, steps_wanted: int) -> Run:
         """The prompts in turn, as many requests as give about ``steps_wanted`` decode steps at ``batch_size``
@@ -60,6 +77,8 @@ def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], budgets: list[i
     """Clean steps at every batch size, each budget in turn for ``BLOCK`` steps."""
     steps: list[Step] = []
     for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}: budgets {budgets}", unit="batch size", disable=not t.progress):
+        if not t.fits(b):
+            continue
         run = t.run(b, len(budgets) * BLOCK * (TIMED_BLOCKS + 1))
         steps += run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(), run, cache, cycling_budgets(budgets))
     return steps
@@ -69,6 +88,8 @@ def check(t: Tuning, cache: PromptCache, batch_sizes: list[int], policy: Specula
     """Each batch size run under ``policy`` as it will run: measured tok/s (clean steps' tokens over their time)."""
     measured = {}
     for b in tqdm(batch_sizes, desc="check the policy", unit="batch size", disable=not t.progress):
+        if b in t.skipped:
+            continue
         steps = run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(policy), t.run(b, steps_wanted), cache, lambda i: None)
         seconds = sum(s.seconds for s in steps)
         measured[b] = {

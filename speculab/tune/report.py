@@ -31,6 +31,8 @@ def print_report(record: dict, out=None) -> None:
     print("chosen: the smallest draft budget within one standard error of the best prediction (in the costs file)", file=out)
     rules = ", ".join(f"from batch {r['batch_size']}: {r['draft_nodes']}" for r in record["policy"]["draft_budget"])
     print(f"policy: {rules} (draft nodes a request; 0 = plain decoding)", file=out)
+    for b, why in (record.get("skipped_batch_sizes") or {}).items():
+        print(f"batch {b} not measured: {why}; the policy's rule below it holds there", file=out)
     if record.get("corrected"):
         print(f"the check measured the policy below plain decoding at batch sizes {record['corrected']}: plain decoding there", file=out)
     for engine, said in record["engines"].items():

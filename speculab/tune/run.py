@@ -7,6 +7,7 @@ import json
 import math
 
 from speculab.bench.workload import interleave_domains, load_workload
+from speculab.free_memory import MemoryShortfall
 from speculab.methods import POLICY, new_proposer, parse_method, proposer_options, without_policy
 from speculab.models.linear import linear_kind
 from speculab.policy.store import machine_id, tuned_paths
@@ -63,9 +64,12 @@ def tune(args: argparse.Namespace) -> dict:
     proposer = t.proposer()
     budgets = list(range(proposer.max_draft_tokens + 1))
     cache = warm_prompt_cache(t)
-    model = CostModel.from_steps(sweep(t, cache, args.batch_sizes, budgets), chains=proposer.prefix_chains)
-    chosen = {b: model.best(b).budget for b in args.batch_sizes}
-    checked = check(t, cache, args.batch_sizes, model.policy(), args.check_steps) if args.check_steps else {}
+    steps = sweep(t, cache, args.batch_sizes, budgets)
+    if not steps:
+        raise MemoryShortfall("; ".join(t.skipped.values()) or "the sweep measured no step")
+    model = CostModel.from_steps(steps, chains=proposer.prefix_chains)
+    chosen = {b: model.best(b).budget for b in model.batch_sizes()}
+    checked = check(t, cache, model.batch_sizes(), model.policy(), args.check_steps) if args.check_steps else {}
     for b, c in checked.items():
         c["predicted_tok_s"] = model.best(b).predicted_tok_s
         c["error"] = c["tok_s"] / c["predicted_tok_s"] - 1 if c["predicted_tok_s"] else None
@@ -91,6 +95,7 @@ def tune(args: argparse.Namespace) -> dict:
         "cost_model": model.to_dict(),
         "chosen": {str(b): budget for b, budget in chosen.items()},
         "corrected": corrected,
+        "skipped_batch_sizes": {str(b): why for b, why in t.skipped.items()},  # memory could not hold their engines
         "policy": policy.to_dict(),
         "check": {str(b): c for b, c in checked.items()},
         "engines": engine_settings(t.spec, policy_path),

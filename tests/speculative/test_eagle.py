@@ -249,3 +249,17 @@ def test_reduced_vocabulary_logits_are_the_kept_rows_of_the_full_ones(tmp_path, 
     torch.testing.assert_close(proposer._logits(hidden), full[..., kept], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="fewer than topk"):
         make_proposer("eagle", head=head, target=target, num_steps=5, topk=5, num_draft_tokens=16, kept_token_ids=kept)
+
+
+def test_an_engines_bytes_count_the_heads_cache_as_it_is_allocated(tmp_path, hf_target, target):
+    from speculab.engine import engine_bytes
+    from speculab.models.eagle3_head import load_eagle3_head
+
+    heads = {
+        "eagle": load_eagle_head(write_eagle_head(tmp_path / "e", hf_target.config), target),
+        "eagle3": load_eagle3_head(write_eagle3_head(tmp_path / "e3", hf_target.config), target),
+    }
+    for name, head in heads.items():
+        proposer = make_proposer(name, head=head, target=target, num_steps=3, topk=2, num_draft_tokens=6)
+        engine = Engine(target, max_batch=2, max_seq_len=80, proposer=proposer)
+        assert engine_bytes(target, 2, 80, proposer) == engine.cache.kv.nbytes + proposer.cache.kv.nbytes, name

@@ -94,3 +94,21 @@ def test_vllm_out_must_be_a_folder(tmp_path, capsys):
     policy.write_text("{}")
     assert main(["tune", "--engine", "vllm", "--method", "ngram", "--out", str(policy)]) == 2
     assert "is a run folder" in capsys.readouterr().err
+
+
+def test_a_batch_size_memory_cannot_hold_is_not_measured_and_says_why(target, tmp_path, capsys, monkeypatch):
+    from speculab import free_memory
+    from speculab.engine import engine_bytes
+
+    model = load(str(target), "float32").model
+    # room for an engine of 90 positions: batch 1's (about 27: the prompt, 12 tokens, the draft) and the warm-up's
+    # (about 86), not batch 4's (4 x 27)
+    room = int(engine_bytes(model, 1, 90) / 0.9) + 1
+    monkeypatch.setattr(free_memory, "available_bytes", lambda device="cpu": room)
+    args = ["tune", "--model", str(target), "--dtype", "float32", "--method", METHOD, "--batch-sizes", "1", "4"]
+    args += ["--workload", short_workload(tmp_path), "--num-prompts", "3", "--max-tokens", "12", "--check-steps", "4", "--quiet"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    record = json.loads(out.strip().splitlines()[-1])
+    assert list(record["chosen"]) == ["1"] and "batch 4 needs" in record["skipped_batch_sizes"]["4"]
+    assert "batch 4 not measured: batch 4 needs" in out

@@ -42,6 +42,7 @@ class Results:
     cells: dict[tuple[str, int], dict[str, Any]]  # (label, batch_size) -> the last cell record
     skipped_lines: list[int] = field(default_factory=list)  # 1-based numbers of lines that were not JSON objects
     acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> the last run's acceptance-pass record
+    not_run: list[dict[str, Any]] = field(default_factory=list)  # the last run's cells skipped for memory, in order
 
     @property
     def labels(self) -> list[str]:
@@ -122,6 +123,7 @@ def load_results(results_path: str | Path) -> Results:
     runs: list[dict] = []
     cells: list[dict] = []
     passes: list[dict] = []
+    not_run: list[dict] = []
     skipped: list[int] = []
     for number, line in enumerate(Path(results_path).read_text().splitlines(), start=1):
         if not line.strip():
@@ -139,6 +141,8 @@ def load_results(results_path: str | Path) -> Results:
             cells.append(record)
         elif record.get("kind") == "acceptance" and "label" in record:
             passes.append(record)
+        elif record.get("kind") == "skipped" and "label" in record:
+            not_run.append(record)
     run = runs[-1] if runs else None
     run_id = run.get("run_id") if run else None
     chosen: dict[tuple[str, int], dict] = {}
@@ -146,7 +150,7 @@ def load_results(results_path: str | Path) -> Results:
         if run_id is None or cell.get("run_id") == run_id:
             chosen[(cell["label"], int(cell["batch_size"]))] = cell
     accepted = {p["label"]: p for p in passes if run_id is None or p.get("run_id") == run_id}
-    return Results(run, chosen, skipped, accepted)
+    return Results(run, chosen, skipped, accepted, [r for r in not_run if run_id is None or r.get("run_id") == run_id])
 
 
 def acceptance_cell(results: Results, label: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from speculab.bench.report.acceptance_section import acceptance_pass_blocks
 from speculab.bench.report.agreement_section import agreement_blocks
 from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
 from speculab.bench.report.findings import best_use, break_even, break_even_text, recommendation
+from speculab.bench.report.not_run_section import not_run_blocks
 from speculab.bench.report.numbers import DASH, count, nearest, num, pct, size, tok_x
 from speculab.bench.report.plots import PLOT_FILES
 from speculab.bench.report.policy_section import policy_blocks
@@ -217,5 +218,6 @@ def document(results: Results) -> list[Block]:
         *policy_blocks(results),
         *agreement_blocks(results),
         *_memory_blocks(results),
+        *not_run_blocks(results),
         *_findings_blocks(results),
     ]

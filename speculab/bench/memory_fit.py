@@ -1,0 +1,69 @@
+"""Whether a batch size's rounds fit in memory, and how they adapt when they do not.
+
+The rounds of ``speculab bench`` keep every method's engine alive while they take turns (``in_process.round_in_turns``);
+with long contexts or a large batch their KV caches outgrow the machine, and a process that outgrows it is killed by
+the kernel without a word. So before a batch size's rounds the run adds up each engine's bytes (``engine.engine_bytes``:
+the target's KV and its drafter's state, once written) against the memory free now (``free_memory``: the weights,
+the drafters and the prompt cache are resident already) and takes the first way that fits:
+1. every engine alive, taking turns (the rounds as they are meant);
+2. each method alone, one after another, in every round (as the first round always runs);
+3. the same after releasing the prompt cache (its bytes come back; the cells after it prefill their prompts, and
+   record ``prompt_cache: false``);
+4. a method that fits in none of these is skipped: its record says why, with the bytes.
+
+Knows: bytes and that order. Does not know: how rounds run (``in_process.py``) or what the bytes are made of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from speculab.free_memory import gib, usable_bytes
+
+SKIPPED = "skipped"  # the record kind of a cell the machine's memory could not hold
+
+
+@dataclass(frozen=True)
+class RoundsFit:
+    """How one batch size's rounds run in the memory free before them."""
+
+    in_turns: bool  # every engine alive at once, taking turns; False: each alone, one after another
+    release_cache: bool  # the prompt cache released first
+    engine_bytes: dict[str, int]  # label -> its engine's bytes at this batch size
+    available_bytes: int  # free before the rounds (the prompt cache's bytes added where it is released)
+    skipped: dict[str, str] = field(default_factory=dict)  # label -> why, with the bytes
+
+    def cell_fields(self, label: str) -> dict:
+        """What a measured cell records of the fit."""
+        rounds = "in turns" if self.in_turns else "alone, one after another (memory)"
+        return {"memory": {"engine_bytes": self.engine_bytes[label], "available_bytes": self.available_bytes, "rounds": rounds}}
+
+
+def fit_rounds(engine_bytes: dict[str, int], available: int, cache_bytes: int) -> RoundsFit:
+    """The first of the module docstring's ways whose engines fit in ``available`` (the margin kept free)."""
+    if sum(engine_bytes.values()) <= usable_bytes(available):
+        return RoundsFit(True, False, engine_bytes, available)
+    if all(b <= usable_bytes(available) for b in engine_bytes.values()):
+        return RoundsFit(False, False, engine_bytes, available)
+    released = available + cache_bytes
+    release = cache_bytes > 0 and any(usable_bytes(available) < b <= usable_bytes(released) for b in engine_bytes.values())
+    room = released if release else available
+    skipped = {
+        label: f"its engine needs {gib(b)} and {gib(room)} is free (the prompt cache {'released' if release else 'empty'})"
+        for label, b in engine_bytes.items()
+        if b > usable_bytes(room)
+    }
+    return RoundsFit(False, release, engine_bytes, room, skipped)
+
+
+def skipped_record(label: str, method: str, batch_size: int, fit: RoundsFit) -> dict:
+    """The record of a cell not measured: its reason and bytes, for the report (never left out in silence)."""
+    return {
+        "kind": SKIPPED,
+        "method": method,
+        "label": label,
+        "batch_size": batch_size,
+        "reason": fit.skipped[label],
+        "engine_bytes": fit.engine_bytes[label],
+        "available_bytes": fit.available_bytes,
+    }
