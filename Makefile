@@ -26,7 +26,8 @@ model: $(STAMP)
 	$(BIN)/speculab fetch
 
 # The main job: the benchmark matrix (baseline, draft model, EAGLE-2, n-gram, suffix decoding, and EAGLE under the
-# policy `speculab tune` chose here, tuned first if this machine has none × batch sizes 1-16) on the embedded model
+# policy `speculab tune` chose here, tuned first if this machine has none × batch sizes 1 and 16 × the workload's
+# own prompts and the same requests at 4,096 tokens of context) on the embedded model
 # with its shipped drafters, then report.md / report.html with plots. Each run gets its own
 # folder under runs/ (nothing is overwritten); `speculab bench --resume --out DIR` continues a killed run.
 BENCH_OUT ?= runs/bench-$(shell date +%Y%m%d-%H%M%S)
@@ -114,3 +115,4 @@ assets-draft: setup
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
 workload: setup
 	$(BIN)/python -m speculab.corpora.build_workload --check
+	$(BIN)/python -m speculab.corpora.context_files --check

@@ -13,7 +13,9 @@ method's speedup between two of them, less 1; where no kind has one, the figure 
 kind is shown by its folder name). A column is a method's name (``config.method_params[label]["name"]``, else the
 label's) plus ``-auto`` for ``policy=auto`` or ``-<file stem>`` for a policy file, whatever else the label spells
 (``batch_budget=4`` or ``policy=shared:4``); two labels of one name in a run fall back to the report's short labels.
-Speedups, their spread and the short labels are ``speculab bench``'s report's own (``speculab.bench.report``). A
+Speedups, their spread and the short labels are ``speculab bench``'s report's own (``speculab.bench.report``); a run of
+several context lengths gets a context column, named as the report names them, each speedup over the baseline at the
+same batch size and context (a run of one context, older runs all, keeps the table without it). A
 run's drafters (``run.models.drafters``: sha256 of the weight files, as ``speculab.testbed.model_record`` records
 them) are compared with the same record of ``speculab/assets/<id>/`` now (its ``manifest.json`` where the folder has
 no weight files).
@@ -33,10 +35,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from speculab.bench.report.contexts_section import contexts_about
 from speculab.bench.report.labels import is_policy_file, parse_label
-from speculab.bench.report.numbers import num, size, speedup_text, times
+from speculab.bench.report.numbers import context_name, num, size, speedup_text, times
 from speculab.bench.report.results import Results, load_results
-from speculab.bench.report.speedups import timing
+from speculab.bench.report.speed_section import run_timing
 from speculab.policy.table import SpeculationPolicy
 from speculab.testbed import model_record
 
@@ -148,28 +151,35 @@ def drafters_line(root: Path, results: Results) -> str:
 # ---------------------------------------------------------------- one kind's table
 
 
-def table_lines(results: Results, columns: dict[str, str]) -> list[str]:
-    """Rows: batch sizes; columns: the baseline's tok/s, then each method's speedup [lowest–highest]; bold: the
-    fastest, where it is above 1.00× (two decimals, as shown)."""
+def _row(results: Results, columns: dict[str, str], batch: int) -> list[str]:
+    """One batch size at ``results``' context: the baseline's tok/s, then each column's speedup [lowest–highest]; bold:
+    the fastest, where it is above 1.00× (two decimals, as shown)."""
     base = results.baseline_label
-    lines = ["| batch | baseline tok/s | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 2) + "|"]
-    for batch in results.batch_sizes:
-        found = {lab: results.measured_speedup(lab, batch) for lab in columns}
-        best = max((round(s.value, 2) for s in found.values() if s is not None), default=0.0)
-        cells = []
-        for lab in columns:
-            text = speedup_text(results, lab, batch)
-            if found[lab] is not None and round(found[lab].value, 2) == best > 1.0:
-                text = text.replace(times(found[lab].value), f"**{times(found[lab].value)}**", 1)
-            cells.append(text)
-        lines.append(f"| {batch} | {num(results.tok_s(base, batch) if base else None)} | " + " | ".join(cells) + " |")
+    found = {lab: results.measured_speedup(lab, batch) for lab in columns}
+    best = max((round(s.value, 2) for s in found.values() if s is not None), default=0.0)
+    cells = []
+    for lab in columns:
+        text = speedup_text(results, lab, batch)
+        if found[lab] is not None and round(found[lab].value, 2) == best > 1.0:
+            text = text.replace(times(found[lab].value), f"**{times(found[lab].value)}**", 1)
+        cells.append(text)
+    return [num(results.tok_s(base, batch) if base else None), *cells]
+
+
+def table_lines(results: Results, columns: dict[str, str]) -> list[str]:
+    """Rows: batch sizes, and with several contexts (context, batch size) pairs, each against the baseline at its own
+    context; columns: the baseline's tok/s, then each method's speedup (``_row``)."""
+    lead = ["context"] * results.several_contexts + ["batch", "baseline tok/s"]
+    lines = ["| " + " | ".join([*lead, *columns.values()]) + " |", "|---" * (len(columns) + len(lead)) + "|"]
+    for view in results.views:
+        where = [context_name(results, view.context)] * results.several_contexts
+        lines += ["| " + " | ".join([*where, str(b), *_row(view, columns, b)]) + " |" for b in view.batch_sizes]
     return lines
 
 
 def timing_text(results: Results, columns: dict[str, str]) -> str:
-    """How the table's speedups were measured, in a line (``speedups.timing`` over every cell)."""
-    found = [s for lab in columns for b in results.batch_sizes if (s := results.measured_speedup(lab, b)) is not None]
-    how = timing(found)
+    """How the table's speedups were measured, in a line (the report's ``run_timing``: every speculative cell's)."""
+    how = run_timing(results)
     repeats = (results.run or {}).get("config", {}).get("repeats")
     if how.paired and not how.separate:
         rounds = "–".join(str(r) for r in sorted({how.rounds[0], how.rounds[-1]}))
@@ -182,7 +192,7 @@ def timing_text(results: Results, columns: dict[str, str]) -> str:
 
 
 def greedy_text(results: Results, columns: dict[str, str]) -> str:
-    flags = [c.get("greedy_identical") for (lab, _), c in results.cells.items() if lab in columns]
+    flags = [c.get("greedy_identical") for (lab, _, _), c in results.all_cells.items() if lab in columns]
     same, differ = flags.count(True), flags.count(False)
     if flags and same == len(flags):
         return f"**Greedy:** every cell's output identical to the baseline's ({same} of {len(flags)})."
@@ -212,14 +222,16 @@ def acceptance_text(results: Results, columns: dict[str, str]) -> str | None:
 def rss_text(results: Results) -> str | None:
     """Peak RSS over every cell at the smallest and the largest batch size."""
     parts = []
-    for batch in sorted({results.batch_sizes[0], results.batch_sizes[-1]}) if results.batch_sizes else []:
-        peaks = [c["peak_rss_bytes"] for (_, b), c in results.cells.items() if b == batch and c.get("peak_rss_bytes")]
+    batches = results.all_batch_sizes
+    for batch in sorted({batches[0], batches[-1]}) if batches else []:
+        peaks = [c["peak_rss_bytes"] for (_, b, _), c in results.all_cells.items() if b == batch and c.get("peak_rss_bytes")]
         if peaks:
             low, high = size(min(peaks)), size(max(peaks))
             if low != high and low.split()[-1] == high.split()[-1]:
                 low = low.split()[0] + "–" + high
             parts.append(f"{high if low == high else low} at batch {batch}")
-    return "**Peak RSS** (the process, every method's cells): " + ", ".join(parts) + "." if parts else None
+    every = "every method's cells" + (", every context" if results.several_contexts else "")
+    return f"**Peak RSS** (the process, {every}): " + ", ".join(parts) + "." if parts else None
 
 
 def policy_text(results: Results, columns: dict[str, str]) -> str | None:
@@ -227,6 +239,7 @@ def policy_text(results: Results, columns: dict[str, str]) -> str | None:
     format of earlier versions included): draft nodes a request from each batch size (and context length)."""
     parts = []
     for lab, name in columns.items():
+        # a label runs one policy at every context: the first context's cells say it
         cells = [c for (other, _), c in sorted(results.cells.items()) if other == lab]
         policy = next((c["policy"] for c in cells if isinstance(c.get("policy"), dict)), None)
         rules = SpeculationPolicy.from_dict(policy).rules if policy else ()
@@ -246,6 +259,8 @@ def run_lines(root: Path, run: Run, columns: dict[str, str]) -> list[str]:
     prompts = [str((run.results.cells.get((base, b)) or {}).get("num_prompts", "?")) for b in run.results.batch_sizes]
     batches = " / ".join(str(b) for b in run.results.batch_sizes)
     flags = ", ".join(tb.get("cpu_flags") or []) or "none recorded"
+    several = run.results.several_contexts
+    where = " and context" * several
     cores = f"{tb['cpu_count']} cores, " if tb.get("cpu_count") else ""
     ram = f"{size(tb['ram_bytes'])}, " if tb.get("ram_bytes") else ""
     notes = [
@@ -256,7 +271,10 @@ def run_lines(root: Path, run: Run, columns: dict[str, str]) -> list[str]:
         f"torch {tb.get('torch', '?')}; linear kernels `{cfg.get('linear_kernels') or 'not recorded'}`; "
         f"{cfg.get('dtype', '?')} weights, {cfg.get('kv_dtype') or cfg.get('dtype', '?')} KV cache.",
         f"**Workload:** {' / '.join(prompts)} prompts at batch {batches}, {cfg.get('max_tokens', '?')} output tokens each.",
-        timing_text(run.results, columns) + " Bold: the fastest method at that batch size where it beats plain decoding.",
+        f"**Contexts** (`run.config.contexts`, each named by its median prompt tokens): {contexts_about(run.results)}."
+        if several
+        else None,
+        timing_text(run.results, columns) + f" Bold: the fastest method at that batch size{where} where it beats plain decoding.",
         greedy_text(run.results, columns),
         acceptance_text(run.results, columns),
         policy_text(run.results, columns),
@@ -307,15 +325,16 @@ def rerun_spread(root: Path) -> str:
 
 def _spread(runs: list[Results]) -> dict[int, float]:
     """{batch size: the largest max/min - 1 of one column's speedup over the runs}."""
-    speedups: dict[tuple[str, int], list[float]] = {}
+    speedups: dict[tuple[str, int, int | None], list[float]] = {}  # (column, batch, context): a context's runs against each other
     for results in runs:
         for label, column in column_names(results).items():
-            for batch in results.batches_of(label):
-                measured = results.measured_speedup(label, batch)
-                if measured is not None:
-                    speedups.setdefault((column, batch), []).append(measured.value)
+            for view in results.views:
+                for batch in view.batches_of(label):
+                    measured = view.measured_speedup(label, batch)
+                    if measured is not None:
+                        speedups.setdefault((column, batch, view.context), []).append(measured.value)
     worst: dict[int, float] = {}
-    for (_, batch), values in speedups.items():
+    for (_, batch, _), values in speedups.items():
         if len(values) >= 2:
             worst[batch] = max(worst.get(batch, 0.0), max(values) / min(values) - 1)
     return worst

@@ -26,9 +26,10 @@ from common import clocked, command_line, run_subcommand, subcommand
 from speculab.bench.turns import OwnClock, Turn, take_turns
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cpu import reported_cpu_flags
-from speculab.engine import Engine, PromptCache
+from speculab.engine import Engine
 from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.position_noise import PositionNoise, exponentials
+from speculab.prompt_cache import PromptCache
 from speculab.runtime import load
 from speculab.sampling import SamplingParams, sampling_probs
 from speculab.speculative.stats import SpecStats

@@ -23,7 +23,6 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +31,7 @@ from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
 from speculab.position_noise import PositionNoise, coupled_tokens
+from speculab.prompt_cache import CachedPrompt, PromptCache
 from speculab.request import Request, TokenEvent
 from speculab.sampling import SamplingParams, random_seed, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
@@ -39,38 +39,6 @@ from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_by_rejection, verify_coupled, verify_greedy
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
-
-
-@dataclass
-class CachedPrompt:
-    kv: torch.Tensor  # [layers, 2*kv_heads, prompt_len, head_dim]
-    logits: torch.Tensor  # [vocab] at the prompt's last position
-    features: torch.Tensor  # [prompt_len, width]
-    drafter_states: dict = field(default_factory=dict)  # proposer.prompt_cache_key -> proposer.prompt_state
-
-
-class PromptCache:
-    """Whole-prompt prefix caching: a prompt seen before skips its prefill.
-
-    Its KV, last logits and the features the proposer reads are copied into the
-    new slot, so what follows is exactly what a fresh prefill gives. A drafter's
-    own prompt state (a draft model's KV, an EAGLE head's KV) is kept beside
-    them, so a cached prompt skips the drafter's prefill too. Keyed by the
-    prompt's token ids and the feature layers; shared by engines of one target.
-    """
-
-    def __init__(self):
-        self.entries: dict[tuple, CachedPrompt] = {}
-        self.hits = self.misses = 0
-
-    def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
-        return (tuple(prompt_ids), feature_layers)
-
-    @property
-    def nbytes(self) -> int:
-        """What the cached prompts hold: their KV, logits, features and drafters' states."""
-        tensors = [t for e in self.entries.values() for t in (e.kv, e.logits, e.features, *e.drafter_states.values())]
-        return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
 
 
 def engine_seq_len(model: Transformer, max_seq_len: int | None) -> int:
@@ -228,10 +196,16 @@ class Engine:
             hit = pc.entries[key]
             self.cache.load(slot, hit.kv)
             return hit.logits, hit.features, hit
-        outputs = prefill(self.model, self.cache, slot, prompt_ids, layers, PREFILL_CHUNK)
+        head, shared = pc.longest_head(key) if pc is not None else (None, 0)
+        if head is not None:
+            self.cache.load(slot, head.kv[:, :, :shared])
+            pc.prefix_hits, pc.reused_tokens = pc.prefix_hits + 1, pc.reused_tokens + shared
+        outputs = prefill(self.model, self.cache, slot, prompt_ids, layers, PREFILL_CHUNK, start=shared)
         logits = outputs[-1].logits[0, -1]
         keep = self.proposer.needs_features or pc is not None
         features = torch.cat([self._features(o)[0] for o in outputs]) if keep else None
+        if head is not None and features is not None:
+            features = torch.cat([head.features[:shared], features])
         if pc is None:
             return logits, features, None
         pc.misses += 1

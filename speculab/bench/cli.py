@@ -27,8 +27,10 @@ def add_bench_parsers(sub, tuner=None) -> None:
         dest="profile",
         action="store_const",
         const="quick",
-        help="the default: 64 output tokens, 3 repeats, prompt cache on; each batch size runs as many of 16 "
-        "prompts (whole batches) as fit its share of a 6-minute time limit, sized by a calibration on this machine",
+        help="the default: batch 1 and 16, each with the workload's prompts (about 1.2k tokens) and with the same "
+        "requests at 4,096 tokens of context; 32 output tokens, 3 repeats, prompt cache on, no acceptance pass; each "
+        "cell runs as many of 16 prompts (whole batches, one of each language at least) as fit its share of a "
+        "2-minute time limit, sized by a calibration here",
     )
     profile.add_argument(
         "--full",
@@ -47,7 +49,8 @@ def add_bench_parsers(sub, tuner=None) -> None:
     )
     _add_server_flags(b)
     add_policy_flag(b)
-    b.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default: 1 2 4 8 16")
+    b.add_argument("--batch-sizes", type=int, nargs="+", default=None, help="default: 1 16 (--quick), 1 2 4 8 16 (--full)")
+    _add_context_flags(b)
     b.add_argument("--num-prompts", type=int, default=None, help="default: the profile's")
     b.add_argument("--max-tokens", type=int, default=None, help="default: the profile's")
     b.add_argument("--repeats", type=int, default=None, help="default: the profile's")
@@ -81,6 +84,28 @@ def add_bench_parsers(sub, tuner=None) -> None:
     r.add_argument("results", type=Path)
     r.add_argument("--out", type=Path, default=None, help="default: the results file's folder")
     r.set_defaults(func=cmd_report)
+
+
+def _add_context_flags(b) -> None:
+    """The context axis and the acceptance pass."""
+    b.add_argument(
+        "--contexts",
+        nargs="+",
+        default=None,
+        metavar="CONTEXT",
+        help="prompt lengths in target tokens, the matrix's third axis: each request after whole repository files of "
+        "its language up to that many tokens, as coding agents send them (e.g. workload 4k 8000 max; workload: the "
+        "prompts as they are, about 1.2k; max: the most the target's positions hold; a context's own batch sizes "
+        "after @, e.g. 4k@1,4,16; default: the profile's)",
+    )
+    b.add_argument(
+        "--acceptance-pass",
+        dest="acceptance_pass",
+        action="store_true",
+        default=None,
+        help="after the cells, each method's acceptance by language on 12 prompts a language, untimed (default on in --full)",
+    )
+    b.add_argument("--no-acceptance-pass", dest="acceptance_pass", action="store_false")
 
 
 def _add_server_flags(b) -> None:
@@ -122,17 +147,24 @@ def _add_server_flags(b) -> None:
 def config_from_args(args: argparse.Namespace, resumed=None):
     """The run's settings from the command line; a flag not given takes the ``resumed`` run's value (``--resume``),
     else its default."""
+    from speculab.bench.contexts import context_key, parse_context_spec, profile_contexts
     from speculab.bench.settings import PROFILES, BenchConfig
 
     def given(flag_value, field: str, default):
         return flag_value if flag_value is not None else getattr(resumed, field) if resumed is not None else default
 
-    custom = any(getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache"))
+    custom = any(
+        getattr(args, k) is not None for k in ("num_prompts", "max_tokens", "repeats", "prompt_cache", "contexts", "acceptance_pass")
+    )
     name = args.profile or (resumed.profile.split("+")[0] if resumed is not None else "quick")
     profile = PROFILES[name]
-    batch_sizes = tuple(given(args.batch_sizes, "batch_sizes", (1, 2, 4, 8, 16)))
+    batch_sizes = tuple(given(args.batch_sizes, "batch_sizes", profile["batch_sizes"]))
     if any(b < 1 for b in batch_sizes):
         raise ValueError("--batch-sizes must be positive")
+    specs = [parse_context_spec(v) for v in args.contexts] if args.contexts else None
+    contexts = tuple(dict.fromkeys(c for c, _ in specs)) if specs else given(None, "contexts", None)
+    own_sizes = {context_key(c): b for c, b in specs if b} if specs else None
+    context_batch_sizes = given(own_sizes, "context_batch_sizes", profile["context_batch_sizes"])
     chosen = {
         "num_prompts": given(args.num_prompts, "num_prompts", profile["num_prompts"]),
         "max_tokens": given(args.max_tokens, "max_tokens", profile["max_tokens"]),
@@ -142,14 +174,26 @@ def config_from_args(args: argparse.Namespace, resumed=None):
         "time_limit_s": None if args.num_prompts is not None else given(None, "time_limit_s", profile["time_limit_s"]),
     }
     endpoints = _endpoints(args) if args.endpoint or args.baseline_endpoint or resumed is None else resumed.endpoints
+    engines = tuple(dict.fromkeys(given(args.engines, "engines", ("speculab",))))
+    if contexts is None:  # the profile's, as this run can measure them
+        over_http = bool(endpoints) or set(engines) != {"speculab"}
+        contexts = profile_contexts(profile["contexts"], args.model, chosen["max_tokens"], over_http)
     methods = _methods(args, resumed, endpoints)
     if args.tp is not None and (args.tp < 1 or args.tp > 1 and set(given(args.engines, "engines", ("speculab",))) <= {"speculab"}):
         raise ValueError("--tp: the tensor parallel ranks of a launched engine (--engine vllm), at least 1")
     if not methods and not endpoints:
         raise ValueError("nothing to measure: give --methods or --endpoint")
+    if contexts != (None,) and set(engines) != {"speculab"}:
+        raise ValueError(
+            "--contexts beyond the workload's own run in-process and against an --endpoint: a launched engine (--engine "
+            "vllm, sglang) is launched with room for the workload's own prompts only (launch.prepare.CPU_CONTEXT)"
+        )
     return BenchConfig(
         methods=methods,
         batch_sizes=batch_sizes,
+        contexts=contexts,
+        context_batch_sizes=context_batch_sizes,
+        acceptance_pass=given(args.acceptance_pass, "acceptance_pass", profile["acceptance_pass"]),
         temperature=given(args.temperature, "temperature", 0.0),
         seed=given(args.seed, "seed", 0),
         sampling_verify=given(args.sampling_verify, "sampling_verify", "auto"),
@@ -160,7 +204,7 @@ def config_from_args(args: argparse.Namespace, resumed=None):
         model=given(args.model, "model", None),
         endpoints=endpoints,
         request_timeout=args.request_timeout,
-        engines=tuple(dict.fromkeys(given(args.engines, "engines", ("speculab",)))),
+        engines=engines,
         engine_python=args.engine_python,
         engine_port=args.engine_port,
         tp=given(args.tp, "tp", 1),

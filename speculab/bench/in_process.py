@@ -19,16 +19,18 @@ from tqdm import tqdm
 
 from speculab import free_memory
 from speculab.bench.agreement import prefix_agreement
+from speculab.bench.contexts import AS_IS, context_key
 from speculab.bench.divergence import divergence_fields, token_divergences
 from speculab.bench.latency import request_timings
 from speculab.bench.margins import LogitMargin, MarginsByRequest
 from speculab.bench.memory_fit import RoundsFit, fit_rounds
 from speculab.bench.settings import BenchConfig, RunContext
-from speculab.bench.sizing import calibrate, prompts_per_batch, remembered
+from speculab.bench.sizing import calibrate, per_cell, prompts_per_batch, rate_at, rate_at_context, remembered
 from speculab.bench.turns import OwnClock, Turn, take_turns
 from speculab.bench.workload import WorkloadItem
-from speculab.engine import Engine, PromptCache, engine_bytes, sequence_length
+from speculab.engine import Engine, engine_bytes, sequence_length
 from speculab.methods import POLICY, MethodSpec, new_proposer
+from speculab.prompt_cache import PromptCache
 from speculab.request import Request
 from speculab.runtime import LoadedModel, load
 from speculab.sampling import SamplingParams
@@ -42,6 +44,11 @@ def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:
     loaded = load(cfg.model, cfg.dtype, kv_dtype=cfg.kv_dtype)
     prompts = [loaded.tokenizer.encode_chat(item.message_dicts()) for item in items]
     return Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
+
+
+def with_prompts(target: Target, items: list[WorkloadItem], prompts: list[list[int]], prompt_cache: bool) -> Target:
+    """The same target with other prompts (another context's), a prompt cache of their own and no references yet."""
+    return Target(target.loaded, prompts, items, PromptCache() if prompt_cache else None)
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -257,38 +264,50 @@ def _divergence_fields(target: Target, outputs, reference, margins, at: int) -> 
     return divergence_fields(token_divergences(target.loaded, target.prompts, outputs, reference, margins, ref_margins))
 
 
-def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None) -> dict:
-    """The run record's ``prompts_per_batch`` (and the calibration it came from): every prompt, or as many as
-    ``cfg.time_limit_s`` allows on this machine. Sized once: a resumed run keeps its first sizing, and a new run takes
+def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None, prompts) -> dict:
+    """The run record's ``prompts_per_cell`` (context key -> batch size -> prompts; ``prompts``: the run's
+    contexts.PromptsByContext, the target holding the first context's now) and the calibration it came from: every
+    prompt, or as many as ``cfg.time_limit_s`` allows on this machine. Sized once: a resumed run keeps its first sizing
+    (a run written before contexts were measured sized the workload's own, ``prompts_per_batch``), and a new run takes
     the sizing an earlier run on this machine with the same settings chose (``sizing.remembered``)."""
     if target is None:
         return {}
-    if previous_run and previous_run.get("prompts_per_batch"):
-        kept = {int(b): n for b, n in previous_run["prompts_per_batch"].items()}  # JSON keys are strings
-        return {"prompts_per_batch": kept, "calibration_tok_s": previous_run.get("calibration_tok_s")}
+    if previous_run and (previous_run.get("prompts_per_cell") or previous_run.get("prompts_per_batch")):
+        kept = previous_run.get("prompts_per_cell") or {AS_IS: previous_run["prompts_per_batch"]}
+        return {"prompts_per_cell": per_cell(kept), "calibration_tok_s": previous_run.get("calibration_tok_s")}
+    keys = {context_key(c): c for c in prompts.contexts}
     if not cfg.time_limit_s:
-        return {"prompts_per_batch": {b: len(target.prompts) for b in cfg.batch_sizes}}
+        return {"prompts_per_cell": {k: {b: len(target.prompts) for b in prompts.batch_sizes[c]} for k, c in keys.items()}}
     lm = target.loaded
-    rates = calibrate(lm.model, target.prompts, cfg.batch_sizes, lm.tokenizer.stop_ids, target.cache)
-    sized = prompts_per_batch(
-        rates, cfg.batch_sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, cfg.time_limit_s, len(target.prompts)
-    )
+    everywhere = tuple(sorted({b for sizes in prompts.batch_sizes.values() for b in sizes}))
+    rates = calibrate(lm.model, target.prompts, everywhere, lm.tokenizer.stop_ids, target.cache)
+    measured_at = prompts.median_of(prompts.contexts[0])
+    cells = sum(len(sizes) for sizes in prompts.batch_sizes.values())  # the limit's equal shares: one a cell of methods
+    sized = {}
+    for key, context in keys.items():
+        sizes, tokens = prompts.batch_sizes[context], prompts.median_of(context)
+        scaled = {b: rate_at_context(rate_at(rates, b), b, lm.model, measured_at, tokens) for b in sizes}
+        share_s = cfg.time_limit_s * len(sizes) / cells
+        languages = len({item.domain for item in target.items})
+        sized[key] = prompts_per_batch(
+            scaled, sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, share_s, len(target.prompts), least=languages
+        )
     sized, reused = remembered(cfg.measured() | {"model_path": str(lm.path), "num_items": len(target.prompts)}, sized)
-    return {"prompts_per_batch": sized, "calibration_tok_s": rates, "sizing_reused": reused}
+    return {"prompts_per_cell": sized, "calibration_tok_s": rates, "calibration_prompt_tokens": measured_at, "sizing_reused": reused}
 
 
-def warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool) -> None:
+def warm_up(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], progress: bool, what: str = "") -> None:
     """Fill the prompt cache (timed: the prefill figure of the run) with the target's and each drafter's
-    prompt state, and run each method once, briefly."""
+    prompt state, and run each method once, briefly; ``what``: the prompts' context, for the progress bars."""
     lm = target.loaded
     if target.cache is not None:
         engine = Engine(lm.model, 1, max(map(len, target.prompts)) + 4, lm.tokenizer.stop_ids, None, target.cache)
-        for ids in tqdm(target.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not progress):
+        for ids in tqdm(target.prompts, desc=f"prefill (prompt cache){what}", unit="prompt", disable=not progress):
             engine.generate([ids], SamplingParams(max_tokens=1))
     for spec in specs:
         proposer = new_proposer(spec, options_of[spec.label])
         if target.cache is not None and proposer.prompt_cache_key is not None:
-            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}", unit="prompt", disable=not progress) as bar:
+            with tqdm(total=len(target.prompts), desc=f"prefill {spec.label}{what}", unit="prompt", disable=not progress) as bar:
                 run_once(target, proposer, 1, [SamplingParams(max_tokens=1)] * len(target.prompts), bar)
             proposer = new_proposer(spec, options_of[spec.label])
         run_once(Target(lm, target.prompts[:1], target.items[:1], target.cache), proposer, 1, [SamplingParams(max_tokens=4)], None)

@@ -67,11 +67,12 @@ class ResultsFile:
 
 @dataclass
 class References:
-    """The baselines' outputs a run compares every other cell with, by batch size (and engine over HTTP)."""
+    """The baselines' outputs a run compares every other cell with, by batch size and context (and engine over HTTP;
+    a record written before contexts were measured is at the workload's own, None)."""
 
-    outputs: dict[int, list[list[int]]] = field(default_factory=dict)  # in-process: batch size -> token ids per prompt
-    margins: dict[int, list[list[LogitMargin]]] = field(default_factory=dict)  # batch size -> per prompt, per token
-    texts: dict[tuple, list[str]] = field(default_factory=dict)  # (engine, batch size) -> an endpoint baseline's texts
+    outputs: dict[tuple, list[list[int]]] = field(default_factory=dict)  # (batch size, context) -> token ids per prompt
+    margins: dict[tuple, list[list[LogitMargin]]] = field(default_factory=dict)  # (batch size, context) -> per prompt, per token
+    texts: dict[tuple, list[str]] = field(default_factory=dict)  # (engine, batch size, context) -> an endpoint baseline's texts
 
     @classmethod
     def of_run(cls, previous: list[dict], run_id: str) -> References:
@@ -80,10 +81,20 @@ class References:
         for r in previous:
             if r.get("kind") != "cell" or r.get("run_id") != run_id or r.get("method") != "baseline":
                 continue
+            at = (r["batch_size"], r.get("context"))
             if "outputs" in r:
-                found.outputs[r["batch_size"]] = r["outputs"]
+                found.outputs[at] = r["outputs"]
                 if r.get("logit_margins"):  # records written before margins were kept have none
-                    found.margins[r["batch_size"]] = [[LogitMargin(*m) for m in ms] for ms in r["logit_margins"]]
+                    found.margins[at] = [[LogitMargin(*m) for m in ms] for ms in r["logit_margins"]]
             if "output_texts" in r:
-                found.texts[(r.get("engine"), r["batch_size"])] = r["output_texts"]
+                found.texts[(r.get("engine"), *at)] = r["output_texts"]
         return found
+
+    def at_context(self, context: int | None) -> tuple[dict[int, list[list[int]]], dict[int, list[list[LogitMargin]]]]:
+        """The in-process baselines' outputs and margins at ``context``, by batch size."""
+        outputs = {b: o for (b, c), o in self.outputs.items() if c == context}
+        return outputs, {b: m for (b, c), m in self.margins.items() if c == context}
+
+    def engine_texts(self, engine: str | None, context: int | None) -> dict[int, list[str]]:
+        """An engine's baseline texts at ``context``, by batch size."""
+        return {b: t for (e, b, c), t in self.texts.items() if e == engine and c == context}

@@ -19,6 +19,9 @@ from speculab.methods import RENAMED, MethodSpec, method
 FLAGS = {  # a BenchConfig field -> the flags that set it, for the error that names them
     "methods": "--methods/--policy",
     "batch_sizes": "--batch-sizes",
+    "contexts": "--contexts",
+    "context_batch_sizes": "--contexts",
+    "acceptance_pass": "--acceptance-pass/--no-acceptance-pass",
     "num_prompts": "--num-prompts",
     "max_tokens": "--max-tokens",
     "repeats": "--repeats",
@@ -58,6 +61,8 @@ def recorded_config(out: Path, api_key: str | None = None) -> BenchConfig:
         Endpoint(e["url"], e.get("label"), api_key, e.get("served_model"), e.get("baseline", False)) for e in config.get("endpoints", [])
     )
     values["batch_sizes"] = tuple(values["batch_sizes"])
+    values["contexts"] = tuple(values.get("contexts", (None,)))  # a run written before contexts: the workload's own
+    values["context_batch_sizes"] = {k: tuple(v) for k, v in values.get("context_batch_sizes", {}).items()}
     values["engines"] = tuple(values.get("engines", ("speculab",)))
     return BenchConfig(methods=methods, endpoints=endpoints, **values)
 

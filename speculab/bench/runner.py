@@ -13,8 +13,9 @@ Does not know: the report (``report/``, which reads only the results file) or ho
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -23,18 +24,21 @@ from tqdm import tqdm
 from speculab.bench import in_process
 from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.auto_policy import tune_untuned
+from speculab.bench.contexts import PromptsByContext, context_key
 from speculab.bench.memory_fit import skipped_record
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_commands, engine_label, measure_engine
 from speculab.bench.results_store import References, ResultsFile
 from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
+from speculab.engine import sequence_length
 from speculab.free_memory import gib
-from speculab.methods import MethodSpec, drafter_path, proposer_options, spec_draft_vocab_size
+from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options, spec_draft_vocab_size
 from speculab.models.config import ModelConfig
 from speculab.models.eagle_head import read_head_config
 from speculab.models.linear import linear_kind
 from speculab.models.memory import estimate, machine_memory_bytes
+from speculab.prompt_cache import PromptCache
 from speculab.testbed import model_record, testbed
 
 
@@ -58,61 +62,116 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         # an auto row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
         tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
+        loaded = target.loaded if target else reference() if cfg.contexts != (None,) else None
+        prompts = PromptsByContext.build(cfg, items, loaded, _room(cfg, specs, options_of))
+        warm_up = partial(in_process.warm_up, specs=specs, options_of=options_of, progress=progress)
         if target is not None:
-            target.baseline_outputs, target.baseline_margins = references.outputs, references.margins
-            in_process.warm_up(target, specs, options_of, progress)
-        sizing = in_process.sizing(cfg, target, state.previous_run)
+            target = _at_context(target, prompts, prompts.contexts[0], cfg, references, warm_up)
+        sizing = in_process.sizing(cfg, target, state.previous_run, prompts)
         tuned = {"tuned_now_s": tuned_now} if tuned_now else {}
-        results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing | tuned)
-        with tqdm(
-            total=_tokens_left(cfg, state, specs, endpoints, sizing, len(items)),
-            desc="bench",
-            unit="tok",
-            disable=not progress,
-            smoothing=0.05,
-        ) as bar:
+        results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing | tuned | prompts.record())
+        total = _tokens_left(cfg, state, specs, endpoints, sizing, prompts)
+        with tqdm(total=total, desc="bench", unit="tok", disable=not progress, smoothing=0.05) as bar:
             run = RunContext(cfg, state, results, out, bar, progress)
-            _measure_cells(run, target, specs, options_of, sizing, endpoints, items, references)
-            if target is not None:
-                run_acceptance_pass(target, specs, options_of, run)
-            ours = (
-                {b: [target.loaded.tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
-            )
-            for engine in cfg.launched:
-                known = {b: texts for (e, b), texts in references.texts.items() if e == engine}
-                measure_engine(engine, run, items, reference, ours, baseline_texts=known)
+            for context in prompts.contexts:
+                run.context = context
+                if target is not None and context != prompts.contexts[0]:
+                    target = _at_context(target, prompts, context, cfg, references, warm_up)
+                cells = _ContextCells(prompts, context, sizing.get("prompts_per_cell", {}).get(context_key(context), {}))
+                _measure_cells(run, target, specs, options_of, cells, endpoints, references)
+                _measure_launched(run, cells, reference, references, target)
+                if context is None:  # the pass's prompts are the workload's own: their prompt cache is this one
+                    _acceptance_pass(run, target, specs, options_of)
+            if None not in prompts.contexts:
+                target.cache = PromptCache() if cfg.prompt_cache and target is not None else None
+                _acceptance_pass(run, target, specs, options_of)
     return results.path
 
 
-def _tokens_left(cfg: BenchConfig, state: RunState, specs: list[MethodSpec], endpoints: dict, sizing: dict, num_items: int) -> int:
+def _acceptance_pass(run: RunContext, target, specs: list[MethodSpec], options_of: dict) -> None:
+    """The in-process methods' untimed acceptance pass, where the run has one (``cfg.acceptance_pass``)."""
+    if target is None or not run.cfg.acceptance_pass:
+        return
+    run.context = None
+    run_acceptance_pass(target, specs, options_of, run)
+
+
+def _room(cfg: BenchConfig, specs: list[MethodSpec], options_of: dict) -> int:
+    """The positions a request needs after its prompt: its output and the most any method's drafting needs."""
+    return max([sequence_length(0, cfg.max_tokens, new_proposer(s, options_of[s.label])) for s in specs] + [cfg.max_tokens + 16])
+
+
+def _at_context(target, prompts: PromptsByContext, context, cfg: BenchConfig, references: References, warm_up) -> in_process.Target:
+    """The target with ``context``'s prompts (the previous context's prompt cache released first: its bytes come back),
+    their prompt cache filled by ``warm_up`` and this run's baselines there (a resumed run's) as references."""
+    target.cache = None
+    target = in_process.with_prompts(target, prompts.items[context], prompts.ids[context], cfg.prompt_cache)
+    target.baseline_outputs, target.baseline_margins = references.at_context(context)
+    warm_up(target, what=f" at {prompts.label(context)}" if len(prompts.contexts) > 1 else "")
+    return target
+
+
+def _tokens_left(cfg: BenchConfig, state: RunState, specs: list[MethodSpec], endpoints: dict, sizing: dict, prompts) -> int:
     """Output tokens the run's cells have left to generate (the progress bar's total)."""
-    per_batch = sizing.get("prompts_per_batch", {})
-    cells = [per_batch.get(b, num_items) for b in cfg.batch_sizes for s in specs if state.pending(s.label, b)]
-    cells += [num_items for b in cfg.batch_sizes for info in endpoints.values() if state.pending(info.label, b)]
-    cells += [num_items for e in cfg.launched for s in cfg.methods for b in cfg.batch_sizes if state.pending(engine_label(e, s), b)]
+    cells = []
+    for context in prompts.contexts:
+        per_batch, num_items = sizing.get("prompts_per_cell", {}).get(context_key(context), {}), len(prompts.items[context])
+        sizes = prompts.batch_sizes[context]
+        cells += [per_batch.get(b, num_items) for b in sizes for s in specs if state.pending(s.label, b, context)]
+        cells += [num_items for b in sizes for info in endpoints.values() if state.pending(info.label, b, context)]
+        launched = [engine_label(e, s) for e in cfg.launched for s in cfg.methods]
+        cells += [num_items for b in sizes for label in launched if state.pending(label, b, context)]
     return sum(cells) * cfg.max_tokens * cfg.repeats
 
 
+@dataclass(frozen=True)
+class _ContextCells:
+    """What one context's cells run: its prompts and how many of them each batch size takes."""
+
+    prompts: PromptsByContext
+    context: int | None
+    prompts_per_batch: dict[int, int]
+
+    @property
+    def items(self) -> list:
+        return self.prompts.items[self.context]
+
+    def fields(self, num_prompts: int) -> dict:
+        """What a cell records of its context: the median prompt tokens of its ``num_prompts`` (the first) prompts."""
+        return {"context_tokens": self.prompts.median_of(self.context, num_prompts)}
+
+
 def _measure_cells(
-    run: RunContext, target, specs: list[MethodSpec], options_of: dict, sizing: dict, endpoints: dict, items, references
+    run: RunContext, target, specs: list[MethodSpec], options_of: dict, cells: _ContextCells, endpoints: dict, references
 ) -> None:
-    """Every timed cell left, batch-major; within a batch size the in-process methods' repeats take turns in rounds
-    (``in_process.measure_in_rounds``): the cells compared with each other run seconds apart, so a shared machine's
-    drift in speed reaches them alike. Then the endpoints at that batch size, their baseline first."""
+    """Every timed cell left at the run's context, batch-major; within a batch size the in-process methods' repeats
+    take turns in rounds (``in_process.measure_in_rounds``): the cells compared with each other run seconds apart, so a
+    shared machine's drift in speed reaches them alike. Then the endpoints at that batch size, their baseline first."""
     served = sorted(endpoints.items(), key=lambda e: e[1].method != "baseline")
-    for batch_size in run.cfg.batch_sizes:
-        pending = [s for s in specs if run.state.pending(s.label, batch_size)]
+    for batch_size in cells.prompts.batch_sizes[cells.context]:
+        pending = [s for s in specs if run.pending(s.label, batch_size)]
         if pending:
-            _measure_in_process(run, target, pending, options_of, batch_size, sizing["prompts_per_batch"][batch_size])
+            _measure_in_process(run, target, pending, options_of, batch_size, cells)
         for what in served:
-            if run.state.pending(what[1].label, batch_size):
+            if run.pending(what[1].label, batch_size):
                 run.show(f"{what[1].label} b{batch_size}")
-                run.write(_endpoint_cell(what, batch_size, items, references, run))
+                run.write(_endpoint_cell(what, batch_size, cells, references, run))
 
 
-def _measure_in_process(run: RunContext, target, pending: list[MethodSpec], options_of: dict, batch_size: int, num_prompts: int) -> None:
+def _measure_launched(run: RunContext, cells: _ContextCells, reference: ReferenceModel, references: References, target) -> None:
+    """The launched engines' cells at the run's context, their baselines compared with speculab's own."""
+    ours = {b: [reference().tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
+    for engine in run.cfg.launched:
+        known = references.engine_texts(engine, cells.context)
+        measure_engine(engine, run, cells.items, reference, ours, baseline_texts=known)
+
+
+def _measure_in_process(
+    run: RunContext, target, pending: list[MethodSpec], options_of: dict, batch_size: int, cells: _ContextCells
+) -> None:
     """One batch size's in-process cells, in rounds as memory allows (``memory_fit``): a cell it cannot hold is
     recorded as skipped, with its reason and bytes."""
+    num_prompts = cells.prompts_per_batch.get(batch_size, len(target.prompts))
     fit = in_process.rounds_fit(target.first(num_prompts), pending, options_of, batch_size, run.cfg)
     if fit.release_cache and target.cache is not None:
         run.show(f"b{batch_size}: releasing the prompt cache ({gib(target.cache.nbytes)}) for memory")
@@ -123,15 +182,16 @@ def _measure_in_process(run: RunContext, target, pending: list[MethodSpec], opti
     measured = [s for s in pending if s.label not in fit.skipped]
     prompts = target.first(num_prompts)
     for cell in in_process.measure_in_rounds(prompts, measured, options_of, batch_size, run.cfg, run, fit.in_turns) if measured else []:
-        run.write(cell | fit.cell_fields(cell["label"]) | {"transport": "in-process", "engine": "speculab"})
+        run.write(cell | fit.cell_fields(cell["label"]) | cells.fields(num_prompts) | {"transport": "in-process", "engine": "speculab"})
 
 
-def _endpoint_cell(served: tuple, batch_size: int, items, references: References, run: RunContext) -> dict:
+def _endpoint_cell(served: tuple, batch_size: int, cells: _ContextCells, references: References, run: RunContext) -> dict:
     endpoint, info = served
-    cell = measure_endpoint_cell(endpoint, info, items, batch_size, run.cfg, references.texts.get((info.engine, batch_size)), run.bar)
+    at = (info.engine, batch_size, cells.context)
+    cell = measure_endpoint_cell(endpoint, info, cells.items, batch_size, run.cfg, references.texts.get(at), run.bar)
     if info.method == "baseline":
-        references.texts[(info.engine, batch_size)] = cell["output_texts"]
-    return cell
+        references.texts[at] = cell["output_texts"]
+    return cell | cells.fields(len(cells.items))
 
 
 def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, resumed: bool, endpoints: dict) -> dict:

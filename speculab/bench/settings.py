@@ -9,7 +9,7 @@ Does not know: how a cell is measured (``in_process.py``, ``over_http/``), or th
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -19,9 +19,34 @@ from speculab.methods import MethodSpec
 
 OPERATIONAL = ("request_timeout", "engine_python", "engine_port")  # settings no figure depends on
 ACCEPTANCE = "acceptance"  # the acceptance pass's record kind (acceptance_pass.py)
-PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its share of 6 minutes (sizing.py)
-    "quick": dict(num_prompts=16, max_tokens=64, repeats=3, prompt_cache=True, time_limit_s=360.0),
-    "full": dict(num_prompts=124, max_tokens=600, repeats=3, prompt_cache=False, time_limit_s=None),
+# quick: batch 1 and 16, the ends of the concurrency a CPU serves, each with the workload's own prompts (about 1.2k
+# tokens) and with the same requests after 4,096 tokens of repository files; each cell runs as many of the 16 prompts as
+# fit its share of 2 minutes (sizing.py), at least one of each language and a whole batch, 32 tokens each, no acceptance
+# pass (the cells' acceptance by language stands in): on a 2-core EPYC Zen 4 one 4k batch of 16 and its prefill take
+# nearly four minutes, and both contexts fit `make bench`'s ten only so (`--batch-sizes 1 2 4 8 16` for the curve)
+PROFILES = {
+    "quick": dict(
+        num_prompts=16,
+        max_tokens=32,
+        repeats=3,
+        prompt_cache=True,
+        time_limit_s=120.0,
+        batch_sizes=(1, 16),
+        contexts=(None, 4096),
+        context_batch_sizes={},
+        acceptance_pass=False,
+    ),
+    "full": dict(
+        num_prompts=124,
+        max_tokens=600,
+        repeats=3,
+        prompt_cache=False,
+        time_limit_s=None,
+        batch_sizes=(1, 2, 4, 8, 16),
+        contexts=(None,),
+        context_batch_sizes={},
+        acceptance_pass=True,
+    ),
 }
 
 
@@ -29,6 +54,9 @@ PROFILES = {  # quick: each batch size runs as many of the 16 prompts as fit its
 class BenchConfig:
     methods: tuple[MethodSpec, ...]
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    contexts: tuple = (None,)  # prompt lengths in target tokens (contexts.py): None the workload's own, "max" the model's
+    context_batch_sizes: dict = field(default_factory=dict)  # a context's key (contexts.context_key) -> its own batch sizes
+    acceptance_pass: bool = True  # the untimed acceptance pass on 12 prompts a language (acceptance_pass.py)
     num_prompts: int = 16
     max_tokens: int = 32
     temperature: float = 0.0
@@ -48,6 +76,11 @@ class BenchConfig:
     engine_python: str | None = None  # the launched engines' Python (default for vLLM: `make vllm`'s environment)
     engine_port: int = 8300  # where a launched engine listens, on 127.0.0.1
     tp: int = 1  # a launched engine's tensor parallel ranks
+
+    def batch_sizes_at(self, context) -> tuple[int, ...]:
+        """The batch sizes measured at ``context`` (as asked: None, "max" or tokens): its own, else ``batch_sizes``."""
+        key = "workload" if context is None else str(context)
+        return tuple(self.context_batch_sizes.get(key, self.batch_sizes))
 
     @property
     def in_process(self) -> tuple[MethodSpec, ...]:
@@ -77,20 +110,23 @@ class BenchConfig:
 @dataclass(frozen=True)
 class RunState:
     run_id: str
-    done: frozenset[tuple[str, int | str]]  # (label, batch size) measured already in this run; (label, ACCEPTANCE) passed
+    # (label, batch size, context) measured already in this run; (label, ACCEPTANCE, None) passed
+    done: frozenset[tuple[str, int | str, int | None]]
     previous_run: dict | None  # the run record a resumed run continues (its sizing is kept)
 
-    def pending(self, label: str, batch_size: int | str) -> bool:
-        return (label, batch_size) not in self.done
+    def pending(self, label: str, batch_size: int | str, context: int | None = None) -> bool:
+        return (label, batch_size, context) not in self.done
 
 
 def run_state(previous: list[dict], resume: bool) -> RunState:
-    """A new run, or with ``resume`` the last one in ``previous`` (the results file's records)."""
+    """A new run, or with ``resume`` the last one in ``previous`` (the results file's records; one written before
+    contexts were measured holds the workload's own, None)."""
     runs = [r for r in previous if r.get("kind") == "run"]
     run_id = runs[-1]["run_id"] if runs and resume else uuid.uuid4().hex[:12]
+    ours = [r for r in previous if r.get("run_id") == run_id]
     # a cell skipped for memory is done too: its record is the run's answer there (bench/memory_fit.py)
-    done = {(r["label"], r["batch_size"]) for r in previous if r.get("kind") in ("cell", "skipped") and r.get("run_id") == run_id}
-    done |= {(r["label"], ACCEPTANCE) for r in previous if r.get("kind") == ACCEPTANCE and r.get("run_id") == run_id}
+    done = {(r["label"], r["batch_size"], r.get("context")) for r in ours if r.get("kind") in ("cell", "skipped")}
+    done |= {(r["label"], ACCEPTANCE, None) for r in ours if r.get("kind") == ACCEPTANCE}
     return RunState(run_id, frozenset(done), runs[-1] if runs and resume else None)
 
 
@@ -104,9 +140,16 @@ class RunContext:
     out: Path  # the run's folder (launched engines keep their commands and logs under out/servers)
     bar: tqdm | None = None
     progress: bool = True
+    context: int | None = None  # the context the cells measured now run at (contexts.py); None: the workload's own
+
+    def pending(self, label: str, batch_size: int) -> bool:
+        """Whether the cell of ``label`` at ``batch_size`` and the current context is left to measure."""
+        return self.state.pending(label, batch_size, self.context)
 
     def write(self, cell: dict) -> None:
-        self.results.append({"run_id": self.state.run_id, **cell})
+        """Append a record; a cell's (measured or skipped) carries the context it ran at."""
+        at = {"context": self.context} if cell.get("kind") != ACCEPTANCE else {}
+        self.results.append({"run_id": self.state.run_id, **cell, **at})
 
     def show(self, what: str) -> None:
         if self.bar is not None:

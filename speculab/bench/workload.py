@@ -27,6 +27,7 @@ class WorkloadItem:
     domain: str  # python | typescript | sql, or any label a user workload gives ("other" when absent)
     task: str
     messages: tuple[tuple[str, str], ...]  # (role, content)
+    language: str = ""  # the code's language (an agentic conversation's ``language``; else its domain)
 
     def message_dicts(self) -> list[dict[str, str]]:
         return [{"role": r, "content": c} for r, c in self.messages]
@@ -51,9 +52,11 @@ def _item(record: object, where: str) -> WorkloadItem:
     for field in ("id", "domain", "task"):
         if field in record and not isinstance(record[field], str):
             raise WorkloadError(f"{where}: '{field}' must be a string")
-    return WorkloadItem(
-        record.get("id", where.rsplit(":", 1)[-1]), record.get("domain", "other"), record.get("task", "other"), tuple(pairs)
-    )
+    domain = record.get("domain", "other")
+    language = record.get("language", domain)
+    if not isinstance(language, str):
+        raise WorkloadError(f"{where}: 'language' must be a string")
+    return WorkloadItem(record.get("id", where.rsplit(":", 1)[-1]), domain, record.get("task", "other"), tuple(pairs), language)
 
 
 def load_workload(path: str | Path | None = None) -> list[WorkloadItem]:

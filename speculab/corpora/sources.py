@@ -39,10 +39,15 @@ class Source:
     include: tuple[str, ...]  # fnmatch patterns over member paths
     exclude: tuple[str, ...] = ()
     sha256: str | None = None  # of the archive the registry client gives
+    spdx: str | None = None  # the files' SPDX license id, where ``license`` says more than the id
 
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def spdx_id(self) -> str:
+        return self.spdx or self.license
 
 
 SOURCES: tuple[Source, ...] = (
@@ -108,6 +113,7 @@ SOURCES: tuple[Source, ...] = (
         "PostgreSQL License (the regression SQL, from PostgreSQL via libpg_query); pglast itself is GPL-3.0-or-later",
         include=("pglast-8.8/libpg_query/test/sql/postgres_regress/*.sql",),
         sha256="ff9998ec6bac4f30f84db6b6edb28a0fb03b1eda5c8ad211ab8362f5a08b833b",
+        spdx="PostgreSQL",
     ),
 )
 

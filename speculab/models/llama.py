@@ -280,21 +280,28 @@ class Transformer(nn.Module):
 
 
 def prefill(
-    model: Transformer, cache: KVCache, slot: int, prompt_ids: list[int], capture_layers: tuple[int, ...] = (), chunk: int = 512
+    model: Transformer,
+    cache: KVCache,
+    slot: int,
+    prompt_ids: list[int],
+    capture_layers: tuple[int, ...] = (),
+    chunk: int = 512,
+    start: int = 0,
 ) -> list[ForwardOutput]:
-    """Run a prompt into one cache slot in chunks (bounding activations) and commit it.
+    """Run a prompt into one cache slot in chunks (bounding activations) and commit it; ``start``: the positions the
+    slot holds already (a shared prefix's KV, loaded by the caller), the rest is run from there.
 
     Returns each chunk's output; logits are computed for the chunk's last position only.
     """
     device = model.norm.weight.device
     ids = torch.tensor([prompt_ids], device=device)
     rows = torch.tensor([slot], device=device)
-    cache.lengths[slot] = 0
+    cache.lengths[slot] = start
     outputs = []
-    for start in range(0, ids.shape[1], chunk):
-        part = ids[:, start : start + chunk]
-        batch = causal_batch(rows, torch.tensor([start], device=device), part.shape[1])
+    for begin in range(start, ids.shape[1], chunk):
+        part = ids[:, begin : begin + chunk]
+        batch = causal_batch(rows, torch.tensor([begin], device=device), part.shape[1])
         last = torch.tensor([[part.shape[1] - 1]], device=device)
         outputs.append(model(part, batch, cache, logits_at=last, capture_layers=capture_layers))
-        cache.commit(slot, start + part.shape[1])
+        cache.commit(slot, begin + part.shape[1])
     return outputs

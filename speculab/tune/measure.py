@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from speculab.engine import Engine, PromptCache, engine_bytes, sequence_length
+from speculab.engine import Engine, engine_bytes, sequence_length
 from speculab.free_memory import MemoryShortfall, require
 from speculab.methods import MethodSpec, new_proposer
 from speculab.policy.table import SpeculationPolicy
+from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
 from speculab.tune.cost_model import mean, standard_error
 from speculab.tune.sweep import BLOCK, Run, Step, TimedProposer, cycling_budgets, run_steps

@@ -114,8 +114,7 @@ def tune_vllm(args: argparse.Namespace, spec: MethodSpec, out: Path) -> dict:
 
 def _baselines(run: RunContext) -> dict[int, list[str]]:
     """vLLM's plain greedy outputs this run measured, by batch size: every other cell's reference."""
-    texts = References.of_run(run.results.read(), run.state.run_id).texts
-    return {b: t for (engine, b), t in texts.items() if engine == ENGINE}
+    return References.of_run(run.results.read(), run.state.run_id).engine_texts(ENGINE, None)
 
 
 def _sweep_choose_check(run: RunContext, spec: MethodSpec, items, reference: ReferenceModel, sizes: dict[int, int]) -> dict:

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from speculab.engine import Engine, PromptCache, sequence_length
+from speculab.engine import Engine, sequence_length
 from speculab.policy.table import SpeculationPolicy
+from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
 from speculab.speculative.policy_proposer import PolicyProposer
 from speculab.speculative.proposer import ProposeState

@@ -29,7 +29,19 @@ def test_an_auto_row_is_tuned_once_then_runs_the_tuned_policy(target, tmp_path):
     texts = ["w5 w9 w11 w5 w9 w11 w5 w9", "w7 w3 w7 w3 w7 w3", "w8 w2 w6 w8 w2 w6 w8"]
     workload.write_text("".join(json.dumps({"id": f"p{i}", "domain": "python", "prompt": t}) + "\n" for i, t in enumerate(texts)))
     args = ["bench", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--num-prompts", "3"]
-    args += ["--methods", "baseline", METHOD, f"{METHOD},policy=auto", "--batch-sizes", "1", "2", "--max-tokens", "8", "--no-progress"]
+    args += [
+        "--methods",
+        "baseline",
+        METHOD,
+        f"{METHOD},policy=auto",
+        "--batch-sizes",
+        "1",
+        "2",
+        "--max-tokens",
+        "8",
+        "--no-progress",
+        "--acceptance-pass",
+    ]
     policy_file = tuned_paths(load(str(target), "float32"), METHOD)[0]
     assert not policy_file.exists()
     assert main([*args, "--out", str(tmp_path / "first")]) == 0

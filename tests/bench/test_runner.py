@@ -12,7 +12,8 @@ import pytest
 
 from speculab.bench import in_process, settings
 from speculab.cli import main
-from speculab.engine import Engine, PromptCache
+from speculab.engine import Engine
+from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
 from tests.helpers import save_tiny_checkpoint, tiny_model
 
@@ -21,7 +22,11 @@ DOMAINS = ("python", "typescript", "sql")
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bench")
+    return tiny_bench_files(tmp_path_factory.mktemp("bench"))
+
+
+def tiny_bench_files(root):
+    """A tiny target, a tiny draft model and a six-prompt workload in ``root``."""
     target = save_tiny_checkpoint(root / "target", seed=1)
     draft = save_tiny_checkpoint(root / "draft", seed=1, num_hidden_layers=1)
     workload = root / "workload.jsonl"
@@ -59,6 +64,7 @@ def bench_args(setup, out, *extra):
         "--out",
         str(out),
         "--no-progress",
+        "--acceptance-pass",
         *extra,
     ]
 
@@ -276,10 +282,11 @@ def test_the_run_records_its_sizing_and_each_cell_runs_that_many_prompts(setup, 
     args = [a for a in bench_args(setup, tmp_path / "run") if a not in ("--num-prompts", "6")]
     assert main(args) == 0
     run = next(json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines() if '"run"' in line)
-    assert run["prompts_per_batch"] == {"1": 1, "2": 2}  # a tiny budget: one batch per batch size
+    # a tiny budget: at least a prompt of each of the workload's 3 languages, in whole batches
+    assert run["prompts_per_cell"] == {"workload": {"1": 3, "2": 4}}
     assert set(run["calibration_tok_s"]) == {"1", "2"}
     for c in cells(tmp_path / "run"):
-        assert c["num_prompts"] == c["batch_size"]
+        assert c["num_prompts"] == {1: 3, 2: 4}[c["batch_size"]]
         assert c["greedy_identical"] is True
 
 
@@ -313,3 +320,12 @@ def test_policy_auto_runs_what_tune_chose_and_the_cells_record_it(setup, tmp_pat
     spec_cells = [c for c in cells(out) if c["method"] == "ngram"]
     assert len(spec_cells) == 2 and all(c["policy"] == tuned and "policy=auto" in c["label"] for c in spec_cells)
     assert all(c["greedy_identical"] for c in spec_cells)
+
+
+def test_without_the_acceptance_pass_the_report_takes_acceptance_from_the_cells(setup, tmp_path):
+    """--quick's default: no pass; the report's acceptance by language is the timed cells' (it says so)."""
+    out = tmp_path / "run"
+    assert main(bench_args(setup, out, "--no-acceptance-pass", "--batch-sizes", "1")) == 0
+    assert records(out, "acceptance") == [] and records(out, "run")[0]["config"]["acceptance_pass"] is False
+    report = (out / "report.md").read_text()
+    assert "## Acceptance in the timed cells" in report and "no acceptance pass in this run" in report

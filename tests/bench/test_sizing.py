@@ -37,6 +37,14 @@ def test_a_rerun_on_this_machine_runs_the_sizing_an_earlier_run_chose(tmp_path, 
     second = prompts_per_batch({1: 122.7, 16: 399.7}, (1, 16), 5, 64, 3, 144, 16)
     assert first != second  # the calibrations alone would part
     settings = {"methods": ["baseline", "eagle"], "max_tokens": 64}
+    first, second = {"workload": first}, {"workload": second}
     assert remembered(settings, first) == (first, False)
     assert remembered(settings, second) == (first, True)
     assert remembered(settings | {"max_tokens": 32}, second) == (second, False)  # other settings: their own sizing
+
+
+def test_every_cell_runs_a_prompt_of_each_language_at_least():
+    """A share too small for more still runs one prompt of each of 4 languages, in whole batches."""
+    assert prompts_per_batch(RATES, (1, 4, 16), 6, 32, 3, 1.0, 16, least=4) == {1: 4, 4: 4, 16: 16}
+    assert prompts_per_batch(RATES, (1, 3), 6, 32, 3, 1.0, 16, least=4) == {1: 4, 3: 6}
+    assert prompts_per_batch(RATES, (1,), 6, 32, 3, 1.0, 2, least=4) == {1: 2}  # no more prompts than the workload's

@@ -248,3 +248,58 @@ def test_a_document_without_the_markers_is_refused(root):
     (root / "BENCHMARKS.md").write_text("# Benchmarks\n")
     with pytest.raises(ValueError, match="markers"):
         reference.check(root)
+
+
+# ---------------------------------------------------------------- a run of two context lengths
+
+LONG = 4096
+LONG_BASELINE_ROUNDS = {1: [50.0, 55.0, 45.0], 4: [80.0, 88.0, 72.0]}  # the baseline at LONG: slower than at the short context
+LONG_FACTORS = {DRAFT: [0.9, 0.8, 1.0], EAGLE: [1.4, 1.5, 1.3]}
+PROMPT_TOKENS = {None: 1234, LONG: 4102}  # cell.context_tokens
+
+
+def write_context_run(root, folder, started="2026-01-02T00:00:00+00:00"):
+    """A make-bench-like run of the workload's prompts as they are and at ``LONG`` tokens of context: at the short one
+    ``FACTORS``' DRAFT and EAGLE over ``BASELINE_ROUNDS``, at ``LONG`` ``LONG_FACTORS`` over ``LONG_BASELINE_ROUNDS``."""
+    record = run_record([BASE, DRAFT, EAGLE], started=started)
+    record["config"]["contexts"] = [None, LONG]
+    records = [record]
+    for context, baseline, factors in (
+        (None, BASELINE_ROUNDS, {DRAFT: FACTORS[DRAFT], EAGLE: FACTORS[EAGLE]}),
+        (LONG, LONG_BASELINE_ROUNDS, LONG_FACTORS),
+    ):
+        for batch, base in baseline.items():
+            found = [cell(BASE, batch, base)] + [cell(lab, batch, [b * f for b, f in zip(base, fs)]) for lab, fs in factors.items()]
+            records += [{**c, "context": context, "context_tokens": PROMPT_TOKENS[context]} for c in found]
+    path = root / "benchmarks" / "results" / "bench-matrix" / folder / "results.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_run_of_two_contexts_tables_each_against_its_own_baseline(root):
+    path = write_context_run(root, "testcpu-2026-01-02")
+    lines = reference.render(root).splitlines()
+    table = lines[lines.index("| context | batch | baseline tok/s | draft | eagle |") :]
+    assert table[1:6] == [
+        "|---|---|---|---|---|",
+        "| 1.2k | 1 | 100.0 | **1.30×** [1.10–1.50] | 1.20× [1.20–1.20] |",
+        "| 1.2k | 4 | 200.0 | **1.30×** [1.10–1.50] | 1.20× [1.20–1.20] |",
+        "| 4.1k | 1 | 50.0 | 0.90× [0.80–1.00] | **1.40×** [1.30–1.50] |",  # over the 4.1k baseline, not the 1.2k one's 100.0
+        "| 4.1k | 4 | 80.0 | 0.90× [0.80–1.00] | **1.40×** [1.30–1.50] |",
+    ]
+    long = load_results(path).at_context(LONG)
+    assert speedup_text(long, EAGLE, 1) == "1.40× [1.30–1.50]"
+    contexts = next(line for line in lines if line.startswith("- **Contexts**"))
+    assert "1.2k: the workload's prompts as they are, median prompt 1,234 tokens" in contexts
+    assert "4.1k: whole repository files before each request, up to 4,096 tokens, median prompt 4,102 tokens" in contexts
+    assert "every cell's output identical to the baseline's (8 of 8)" in reference.render(root)
+    assert "Bold: the fastest method at that batch size and context where it beats plain decoding." in reference.render(root)
+
+
+def test_the_spread_of_two_context_runs_compares_each_context_with_itself(root):
+    write_context_run(root, "testcpu-2026-01-02")
+    pair = "testcpu-2026-01-02-rerun-pair"
+    write_context_run(root, f"{pair}/first")
+    write_context_run(root, f"{pair}/second", started="2026-01-02T01:00:00+00:00")
+    assert "parted by at most 0.0% at batch 1, 0.0% at batch 4" in reference.render(root)  # across contexts: 50% and more

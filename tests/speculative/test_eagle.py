@@ -263,3 +263,24 @@ def test_an_engines_bytes_count_the_heads_cache_as_it_is_allocated(tmp_path, hf_
         proposer = make_proposer(name, head=head, target=target, num_steps=3, topk=2, num_draft_tokens=6)
         engine = Engine(target, max_batch=2, max_seq_len=80, proposer=proposer)
         assert engine_bytes(target, 2, 80, proposer) == engine.cache.kv.nbytes + proposer.cache.kv.nbytes, name
+
+
+def test_a_prompt_sharing_a_cached_head_prefills_only_the_rest_and_stays_identical(tmp_path, hf_target, target, monkeypatch):
+    """Prompts that share 45 leading tokens (the same files before other requests, as agents send them): each after
+    the first takes the cached head's KV and features and runs only its own tokens, in chunks whose boundaries
+    differ from a whole prefill's; the outputs are those of no cache at all, with the EAGLE head reading the features."""
+    from speculab.prompt_cache import PromptCache
+
+    monkeypatch.setattr("speculab.engine.PREFILL_CHUNK", 16)
+    head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
+    shared = prompts_of([45], seed=7)[0]
+    prompts = [shared + tail for tail in prompts_of([9, 23, 2], seed=8)]
+
+    def outputs(cache, proposer=True):
+        eagle = make_proposer("eagle", head=head, target=target, num_steps=3, topk=2, num_draft_tokens=4) if proposer else None
+        return [r.output_ids for r in Engine(target, 3, 256, proposer=eagle, prompt_cache=cache).generate(prompts, PARAMS)]
+
+    cache = PromptCache()
+    assert outputs(cache) == outputs(None) == outputs(None, proposer=False)
+    assert cache.prefix_hits == 2 and cache.misses == 3 and cache.reused_tokens >= 2 * 45
+    assert outputs(cache) == outputs(None) and cache.hits == 3  # whole prompts now: each a hit

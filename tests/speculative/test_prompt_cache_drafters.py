@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from speculab.engine import Engine, PromptCache
+from speculab.engine import Engine
 from speculab.methods import make_proposer
 from speculab.models.eagle_head import load_eagle_head
+from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
 from tests.helpers import tiny_model, write_eagle_head
 

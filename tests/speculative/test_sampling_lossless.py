@@ -23,12 +23,13 @@ import math
 import pytest
 import torch
 
-from speculab.engine import Engine, PromptCache
+from speculab.engine import Engine
 from speculab.methods import make_proposer
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.llama import causal_batch
 from speculab.policy.table import SpeculationPolicy
+from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams, sampling_probs
 from speculab.speculative.policy_proposer import PolicyProposer
 from tests.helpers import speculab_from_hf, tiny_hf_model, write_eagle3_head, write_eagle_head

@@ -139,7 +139,7 @@ def measure_engine(
     cfg = run.cfg
     texts: dict[int, list[str]] = dict(baseline_texts or {})  # batch size -> the engine's baseline outputs
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
-        sizes = [b for b in cfg.batch_sizes if run.state.pending(engine_label(engine, spec), b)]
+        sizes = [b for b in cfg.batch_sizes if run.pending(engine_label(engine, spec), b)]
         if not sizes:
             continue
         with served(engine, spec, run, reference, items, cfg.engine_port) as server:

@@ -1,11 +1,11 @@
 """The benchmark report from results.jsonl: report.md, a self-contained report.html, PNG plots, a summary dict.
 
 Every number in the report is a results.jsonl field or computed from fields named next to the table; no
-figure is canned. Modules: ``results`` (reading results.jsonl), ``speedups`` (a speedup, paired by round or not,
-and how the run's were measured), ``labels`` (short labels), ``findings`` (break-even points, winners, the
-recommendation), ``numbers`` (formatting), ``sections`` and the ``*_section`` modules (what the report says, as
-typed blocks), ``acceptance_data`` (the acceptance figures plotted), ``blocks`` (the block types, Markdown and
-HTML), ``plots`` (PNG).
+figure is canned. Modules: ``results`` (reading results.jsonl: cells by label, batch size and context length),
+``speedups`` (a speedup, paired by round or not, and how the run's were measured), ``labels`` (short labels),
+``findings`` (break-even points, winners, the recommendation), ``numbers`` (formatting, a context's name included),
+``sections`` and the ``*_section`` modules (what the report says, as typed blocks), ``acceptance_data`` (the
+acceptance figures plotted), ``blocks`` (the block types, Markdown and HTML), ``plots`` and ``heatmap`` (PNG).
 
 Does not know: how cells were measured (``speculab.bench.in_process``, ``speculab.bench.over_http``) or how
 memory is estimated (``speculab.models.memory``); it reads what they stored.
@@ -18,7 +18,7 @@ from typing import Any
 
 from speculab.bench.report.blocks import Image, to_html, to_markdown
 from speculab.bench.report.findings import BreakEven, break_even, winners
-from speculab.bench.report.numbers import DASH
+from speculab.bench.report.numbers import DASH, context_name
 from speculab.bench.report.plots import plot
 from speculab.bench.report.results import Results, load_results
 from speculab.bench.report.sections import document
@@ -39,10 +39,8 @@ def build_report(results_path: str | Path, out_dir: str | Path) -> dict[str, str
     return {"report_md": str(md), "report_html": str(page), **{f"plot_{k}": str(p) for k, p in plots.items()}}
 
 
-def summary(results_path: str | Path) -> dict[str, Any]:
-    """Per label (the full one) and batch size: tok_s, speedup, tau, acceptance_rate; each label's break-even and its
-    short form in the report. JSON-serialisable."""
-    results = load_results(results_path)
+def _cells_and_breaks(results: Results) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, dict[str, Any]]]:
+    """One context's {label: {batch: figures}} and {label: break-even}."""
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     breaks: dict[str, dict[str, Any]] = {}
     for label in results.labels:
@@ -58,10 +56,33 @@ def summary(results_path: str | Path) -> dict[str, Any]:
         if not results.is_baseline(label):
             be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
             breaks[label] = {"last_faster": be.last_faster, "first_slower": be.first_slower, "crossing": be.crossing}
+    return cells, breaks
+
+
+def summary(results_path: str | Path) -> dict[str, Any]:
+    """Per label (the full one) and batch size: tok_s, speedup, tau, acceptance_rate; each label's break-even and its
+    short form in the report; all at the first context (``Results.contexts``), and under ``by_context`` at each (the
+    context, its name in the report, its median prompt tokens, its cells and break-evens). JSON-serialisable."""
+    results = load_results(results_path)
+    cells, breaks = _cells_and_breaks(results)
+    by_context = []
+    for view in results.views:
+        view_cells, view_breaks = _cells_and_breaks(view)
+        by_context.append(
+            {
+                "context": view.context,
+                "name": context_name(results, view.context),
+                "context_tokens": results.context_tokens(view.context),
+                "cells": view_cells,
+                "break_even": view_breaks,
+            }
+        )
     return {
         "run_id": (results.run or {}).get("run_id"),
         "baseline": results.baseline_label,
         "short_labels": results.short_names,
         "cells": cells,
         "break_even": breaks,
+        "contexts": results.contexts,
+        "by_context": by_context,
     }

@@ -1,20 +1,20 @@
 """The report's greedy-agreement section: outputs against their engine's baseline and speculab's, and where they part.
 
-Knows: the cells' agreement and divergence fields (``bench/divergence.py`` wrote them), near-tie bounds included.
-Does not know: how divergences were found, or rendering.
+Knows: the cells' agreement and divergence fields (``bench/divergence.py`` wrote them), near-tie bounds included,
+every context's. Does not know: how divergences were found, or rendering.
 """
 
 from __future__ import annotations
 
 from speculab.bench.report.blocks import Block, Heading, Table
-from speculab.bench.report.numbers import DASH, pct
+from speculab.bench.report.numbers import DASH, context_name, pct
 from speculab.bench.report.results import Results
 
 
 def agreement_blocks(results: Results) -> list[Block]:
     """Engines' greedy outputs against their own baseline and against speculab's; each divergence's gap on the target."""
-    rows = []
-    for (label, b), c in results.cells.items():
+    rows, several = [], results.several_contexts
+    for (label, b, ctx), c in results.all_cells.items():
         if not (
             c.get("divergences")
             or c.get("speculab_divergences")
@@ -31,6 +31,7 @@ def agreement_blocks(results: Results) -> list[Block]:
         rows.append(
             [
                 results.short(label),
+                *([context_name(results, ctx)] if several else []),
                 str(b),
                 DASH if c.get("greedy_identical") is None else ("yes" if c["greedy_identical"] else "no"),
                 pct(c.get("agreement")),
@@ -50,6 +51,7 @@ def agreement_blocks(results: Results) -> list[Block]:
         Table(
             [
                 "label",
+                *(["context"] if several else []),
                 "batch",
                 "identical to its engine's baseline",
                 "agreement",

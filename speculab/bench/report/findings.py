@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from speculab.bench.report.numbers import count, num, size, times
+from speculab.bench.report.numbers import context_name, count, num, size, times
 from speculab.bench.report.results import Results
 
 
@@ -57,24 +57,39 @@ def ranges(batches: list[int], all_batches: list[int]) -> str:
     return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}–{g[-1]}" for g in groups)
 
 
-def best_use(results: Results, label: str) -> str:
-    """Where a label pays off, from its speedups and from where it is fastest."""
+def _pays_and_fastest(results: Results, label: str) -> tuple[str, str]:
+    """Where a label pays off at this context, from its speedups, and the batch sizes where it is fastest ('' if none)."""
     batches = results.batches_of(label)
-    fastest = [b for b, ranked in winners(results).items() if ranked and ranked[0][0] == label]
-    tail = f"; fastest at batch {ranges(fastest, results.batch_sizes)}" if fastest else ""
+    fastest = ranges([b for b, ranked in winners(results).items() if ranked and ranked[0][0] == label], results.batch_sizes)
+    if not batches:
+        return "not measured", ""
     if results.is_baseline(label):
-        return f"reference{tail}"
+        return "reference", fastest
     speedups = {b: results.speedup(label, b) for b in batches}
     if all(s is None for s in speedups.values()):
-        return f"no baseline to compare{tail}"
+        return "no baseline to compare", fastest
     faster = [b for b, s in speedups.items() if s is not None and s > 1.0]
     if not faster:
-        return "never faster here"
+        return "never faster", ""
     if faster == batches:
-        return f"all measured batch sizes ({batches[0]}–{batches[-1]}){tail}"
+        return f"all measured batch sizes ({batches[0]}–{batches[-1]})", fastest
     if faster == batches[: len(faster)]:
-        return f"batch ≤ {faster[-1]}{tail}"
-    return f"batch {ranges(faster, batches)}{tail}"
+        return f"batch ≤ {faster[-1]}", fastest
+    return f"batch {ranges(faster, batches)}", fastest
+
+
+def best_use(results: Results, label: str) -> str:
+    """Where a label pays off, from its speedups and from where it is fastest; with several contexts, at each, named
+    (``batch ≤ 2 at 1.2k; batch ≤ 8 at 4.1k``)."""
+    if not results.several_contexts:
+        pays, fastest = _pays_and_fastest(results, label)
+        pays = "never faster here" if pays == "never faster" else pays
+        return f"{pays}; fastest at batch {fastest}" if fastest else pays
+    found = {context_name(results, view.context): _pays_and_fastest(view, label) for view in results.views}
+    if results.is_baseline(label):
+        fastest = [f"{f} at {name}" for name, (_, f) in found.items() if f]
+        return "reference" + (f"; fastest at batch {', '.join(fastest)}" if fastest else "")
+    return "; ".join(f"{pays} at {name}" + (f" (fastest at batch {f})" if f else "") for name, (pays, f) in found.items())
 
 
 def break_even_text(results: Results, label: str, be: BreakEven) -> str:
@@ -110,7 +125,7 @@ def winner_runs(results: Results) -> list[tuple[str, list[int]]]:
     return runs
 
 
-def _fastest_sentence(results: Results, label: str, batches: list[int], ranked: dict[int, list[tuple[str, float]]]) -> str:
+def _fastest_sentence(results: Results, label: str, batches: list[int], ranked: dict[int, list[tuple[str, float]]], at: str = "") -> str:
     def figures(b: int) -> str:
         order = ranked[b]
         tok = results.tok_s(label, b)
@@ -125,7 +140,7 @@ def _fastest_sentence(results: Results, label: str, batches: list[int], ranked: 
     where = ranges(batches, results.batch_sizes)
     ends = [batches[0]] if len(batches) == 1 else [batches[0], batches[-1]]
     name = f"plain decoding ({results.short(label)})" if results.is_baseline(label) else results.short(label)
-    return f"At batch {where}, {name} is fastest: " + "; ".join(figures(b) for b in ends) + "."
+    return f"At {at}batch {where}, {name} is fastest: " + "; ".join(figures(b) for b in ends) + "."
 
 
 def _memory_sentence(results: Results, label: str) -> str:
@@ -147,38 +162,58 @@ def _memory_sentence(results: Results, label: str) -> str:
 
 
 def recommendation(results: Results) -> list[str]:
-    """Paragraphs: who is fastest where; what each winner costs in memory; the recommendation."""
+    """Paragraphs: who is fastest where; what each winner costs in memory; the recommendation. With several
+    contexts, who is fastest and the recommendation at each, named."""
+    several = results.several_contexts
     base = results.baseline_label
-    ranked = winners(results)
-    runs = winner_runs(results)
-    fastest = [_fastest_sentence(results, label, batches, ranked) for label, batches in runs]
-    memory = [_memory_sentence(results, lab) for lab in dict.fromkeys(lab for lab, _ in runs if not results.is_baseline(lab))]
+    fastest, chosen, winning, settings = [], [], [], []
+    for view in results.views if several else [results]:
+        name = context_name(results, view.context)
+        ranked, runs = winners(view), winner_runs(view)
+        fastest += [_fastest_sentence(view, lab, bs, ranked, f"{name} and " if several else "") for lab, bs in runs]
+        said = ("; " if not several else ", ").join(
+            f"{'no speculation' if view.is_baseline(lab) else view.short(lab)} at batch {ranges(bs, view.batch_sizes)}" for lab, bs in runs
+        )
+        chosen += [f"at {name}: {said}" if several else said] if said else []
+        winning += [lab for lab, _ in runs if not view.is_baseline(lab)]
+        settings.append(_one_setting(runs, base))
+    memory = [_memory_sentence(results, lab) for lab in dict.fromkeys(winning)]
     verdict = [] if base else ["There is no baseline in these results, so no speedups."]
-    chosen = "; ".join(
-        f"{'no speculation' if results.is_baseline(lab) else results.short(lab)} at batch {ranges(bs, results.batch_sizes)}"
-        for lab, bs in runs
-    )
     if chosen:
-        verdict.append(f"**Recommendation from these measurements:** {chosen}.")
-    setting = _one_setting(results, runs, base)
+        verdict.append(f"**Recommendation from these measurements:** {'; '.join(chosen)}.")
+    setting = _setting_sentence(results, settings)
     if setting:
         verdict.append(setting)
     return [" ".join(p) for p in (fastest, memory, verdict) if p]
 
 
-def _one_setting(results: Results, runs: list[tuple[str, list[int]]], base: str | None) -> str | None:
-    """When one speculative method wins every batch size below those where plain decoding wins, the one
-    server setting that follows both: that method with speculation switched off above its range."""
+def _one_setting(runs: list[tuple[str, list[int]]], base: str | None) -> tuple[str, int] | None:
+    """When one speculative method wins every batch size below those where plain decoding wins: that method and the
+    largest batch size it wins, above which one server setting would switch speculation off."""
     spec = {lab for lab, _ in runs if lab != base}
     if base is None or len(spec) != 1 or runs[-1][0] != base or runs[0][0] == base:
         return None
     (label,) = spec
     spec_batches = [b for lab, bs in runs if lab == label for b in bs]
     base_batches = [b for lab, bs in runs if lab == base for b in bs]
-    if max(spec_batches) >= min(base_batches):
+    return None if max(spec_batches) >= min(base_batches) else (label, max(spec_batches))
+
+
+def _setting_sentence(results: Results, settings: list[tuple[str, int] | None]) -> str | None:
+    """The one server setting that follows every context's winners, where one method wins below plain decoding at
+    each; a threshold that moves with the context is said, as ``plain_above`` keys on batch size alone."""
+    if not settings or None in settings or len({lab for lab, _ in settings}) != 1:
         return None
+    label, above = settings[0]
+    if len({n for _, n in settings}) == 1:
+        return (
+            f"As one server setting: {results.short(label)} under the policy `plain_above:{above}`, which decodes "
+            f"plainly above {above} running requests (measure it as `{results.method(label)}:...,policy=plain_above:{above}`)."
+        )
+    where = [f"{n} running requests at {context_name(results, view.context)}" for view, (_, n) in zip(results.views, settings)]
+    where[1:] = [w.replace(" running requests", "", 1) for w in where[1:]]
     return (
-        f"As one server setting: {results.short(label)} under the policy `plain_above:{max(spec_batches)}`, which decodes "
-        f"plainly above {max(spec_batches)} running requests (measure it as `{results.method(label)}:...,policy=plain_above:"
-        f"{max(spec_batches)}`)."
+        f"As one server setting: {results.short(label)} with plain decoding above {' and '.join(where)}: the threshold moves with "
+        "the context length, so it takes a policy keyed on context length too (a policy file's draft budget by batch size "
+        "and context length); `plain_above:N` keys on batch size alone."
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from speculab.bench.report.results import Results
+from speculab.bench.report.results import Context, Results
 
 DASH = "—"
 
@@ -63,3 +63,23 @@ def tok_x(results: Results, label: str, batch: int) -> str:
 
 def nearest(batches: list[int], wanted: int) -> int | None:
     return min(batches, key=lambda b: (abs(math.log2(b) - math.log2(wanted)), b)) if batches else None
+
+
+def tokens_k(n: int) -> str:
+    """A token count at a glance: 4096 -> '4.1k', 812 -> '812'."""
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def context_name(results: Results, context: Context) -> str:
+    """A context as every table, plot and sentence names it: its median prompt length in target tokens
+    (``Results.context_tokens``), else the length asked for; where two contexts would read alike, the asked one follows
+    in brackets."""
+
+    def plain(c: Context) -> str:
+        measured = results.context_tokens(c)
+        return tokens_k(measured) if measured is not None else tokens_k(c) if c is not None else "as written"
+
+    name = plain(context)
+    if any(plain(other) == name for other in results.contexts if other != context):
+        return f"{name} ({'as written' if context is None else count(context)})"
+    return name

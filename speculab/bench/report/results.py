@@ -1,22 +1,29 @@
-"""Reading results.jsonl: the records that count, by label and batch size.
+"""Reading results.jsonl: the records that count, by label, batch size and context length.
 
 Knows: the record kinds. ``run`` (run_id, started, config, testbed, models, memory: {method:
 speculab.models.memory.estimate dict}, endpoints); a resumed run appends another with the same run_id,
-and the last one counts. ``cell`` (one label at one batch size: tok_s, latency percentiles, tau,
-acceptance figures, engine and transport, ...); only cells of the last run's run_id count, and a
-repeated (label, batch_size) counts its last record. ``acceptance`` (one label's untimed acceptance pass: by_domain
-{domain: prompts, acceptance_rate, tau, ...}), the last of the run's per label. Unknown kinds and fields are ignored; lines that
-are not JSON (a truncated last line) are skipped and listed. A label's speedup is taken over its own engine's
-baseline at the same batch size (``speedups.py``: paired by round where the cells were timed in rounds); each label
-has a short form for display (``labels.py``), the full one staying the key.
+and the last one counts. ``cell`` (one label at one batch size and context length: tok_s, latency percentiles, tau,
+acceptance figures, engine and transport, ``context``: the context length asked for in target tokens, null or absent
+for the workload's prompts as they are, ``context_tokens``: the median prompt length of its prompts, ...); only cells
+of the last run's run_id count, and a repeated (label, batch_size, context) counts its last record. ``skipped`` (a
+cell not run for memory, with its ``context``). ``acceptance`` (one label's untimed acceptance pass, at the
+workload's prompts as they are: by_domain {domain: prompts, acceptance_rate, tau, ...}), the last of the run's per
+label. Unknown kinds and fields are ignored; lines that are not JSON (a truncated last line) are skipped and listed.
 
-Does not know: how cells were measured, or how anything is rendered.
+A ``Results`` holds every context's cells (``all_cells``) and shows one context's as ``cells``, keyed (label,
+batch_size) as in a run of one context; ``load_results`` shows the first of ``contexts`` (null first, then the
+shortest), ``at_context`` another. A label's speedup is taken over its own engine's baseline at the same batch size
+and context (``speedups.py``: paired by round where the cells were timed in rounds), never across contexts; each
+label has a short form for display (``labels.py``), the full one staying the key.
+
+Does not know: how cells were measured, or how anything is rendered (a context's name: ``numbers.context_name``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -36,13 +43,66 @@ ACCEPTANCE_DEFINITION = (
 # ---------------------------------------------------------------- reading results.jsonl
 
 
+Context = int | None  # the context length asked for, in target tokens; None: the workload's prompts as they are
+CellKey = tuple[str, int, Context]  # (label, batch_size, context)
+
+
+def context_order(context: Context) -> tuple[bool, int]:
+    """None first, then the shorter context."""
+    return (context is not None, context or 0)
+
+
 @dataclass
 class Results:
     run: dict[str, Any] | None
-    cells: dict[tuple[str, int], dict[str, Any]]  # (label, batch_size) -> the last cell record
+    all_cells: dict[CellKey, dict[str, Any]]  # every context's cells: (label, batch_size, context) -> the last cell record
     skipped_lines: list[int] = field(default_factory=list)  # 1-based numbers of lines that were not JSON objects
     acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> the last run's acceptance-pass record
-    not_run: list[dict[str, Any]] = field(default_factory=list)  # the last run's cells skipped for memory, in order
+    not_run: list[dict[str, Any]] = field(default_factory=list)  # the last run's cells skipped for memory, every context's
+    context: Context = None  # the context ``cells`` shows
+
+    @cached_property
+    def cells(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """This context's cells: (label, batch_size) -> the last cell record."""
+        return {(lab, b): c for (lab, b, ctx), c in self.all_cells.items() if ctx == self.context}
+
+    @cached_property
+    def contexts(self) -> list[Context]:
+        """The contexts with a cell or a skipped record, null first, then ascending (``run.config.contexts`` may name
+        more: ``asked_contexts``)."""
+        found = {ctx for _, _, ctx in self.all_cells} | {record_context(r) for r in self.not_run}
+        return sorted(found, key=context_order)
+
+    @property
+    def asked_contexts(self) -> list[Context]:
+        """``run.config.contexts`` given in tokens (a name such as ``max`` is resolved only in the cells' ``context``);
+        runs older than the context axis asked for [None]."""
+        asked = (self.run or {}).get("config", {}).get("contexts") or [None]
+        return sorted({c for c in asked if c is None or isinstance(c, int)}, key=context_order)
+
+    @property
+    def several_contexts(self) -> bool:
+        return len(self.contexts) > 1
+
+    def at_context(self, context: Context) -> Results:
+        """The same results showing ``context``'s cells as ``cells``."""
+        return self if context == self.context else replace(self, context=context)
+
+    @property
+    def views(self) -> list[Results]:
+        """One ``Results`` per context, in ``contexts`` order."""
+        return [self.at_context(c) for c in self.contexts]
+
+    def context_tokens(self, context: Context) -> int | None:
+        """The median over ``context``'s cells of ``cell.context_tokens`` (each the median prompt length of its
+        prompts, in target tokens); None where none recorded it."""
+        found = [c["context_tokens"] for (_, _, ctx), c in self.all_cells.items() if ctx == context and c.get("context_tokens")]
+        return round(statistics.median(found)) if found else None
+
+    @property
+    def all_batch_sizes(self) -> list[int]:
+        """The batch sizes measured at any context."""
+        return sorted({b for _, b, _ in self.all_cells})
 
     @property
     def labels(self) -> list[str]:
@@ -50,7 +110,7 @@ class Results:
         or in older runs method names), then by first appearance."""
         methods = list((self.run or {}).get("config", {}).get("methods") or [])
         seen: dict[str, int] = {}
-        for label, _ in self.cells:
+        for label, _, _ in self.all_cells:
             seen.setdefault(label, len(seen))
 
         def rank(label: str) -> tuple[int, int, int]:
@@ -61,7 +121,7 @@ class Results:
         return sorted(seen, key=rank)
 
     def method(self, label: str) -> str:
-        records = [c for (lab, _), c in self.cells.items() if lab == label] + [self.acceptance.get(label) or {}]
+        records = [c for (lab, _, _), c in self.all_cells.items() if lab == label] + [self.acceptance.get(label) or {}]
         return next((c["method"] for c in records if c.get("method")), label)
 
     @property
@@ -70,9 +130,11 @@ class Results:
 
     @property
     def batch_sizes(self) -> list[int]:
+        """The batch sizes measured at this context (``all_batch_sizes``: at any)."""
         return sorted({b for _, b in self.cells})
 
     def batches_of(self, label: str) -> list[int]:
+        """The batch sizes ``label`` was measured at, at this context."""
         return sorted(b for lab, b in self.cells if lab == label)
 
     def tok_s(self, label: str, batch: int) -> float | None:
@@ -80,7 +142,7 @@ class Results:
 
     def engine_of(self, label: str) -> str:
         """``engine (transport)``: speculab in-process, or the engine behind an endpoint, over HTTP."""
-        cell = next(c for (lab, _), c in self.cells.items() if lab == label)
+        cell = next(c for (lab, _, _), c in self.all_cells.items() if lab == label)
         return f"{cell.get('engine', 'speculab')} ({cell.get('transport', 'in-process')})"
 
     def is_baseline(self, label: str) -> bool:
@@ -92,7 +154,8 @@ class Results:
         return next((lab for lab in self.labels if self.is_baseline(lab) and self.engine_of(lab) == mine), self.baseline_label)
 
     def measured_speedup(self, label: str, batch: int) -> Speedup | None:
-        """The one speedup every table, plot and finding shows: over the label's baseline at ``batch`` (``speedups.py``)."""
+        """The one speedup every table, plot and finding shows: over the label's baseline at ``batch`` and this
+        context (``speedups.py``)."""
         base = self.baseline_of(label)
         return speedup(self.cells.get((label, batch)), self.cells.get((base, batch)) if base else None)
 
@@ -145,12 +208,19 @@ def load_results(results_path: str | Path) -> Results:
             not_run.append(record)
     run = runs[-1] if runs else None
     run_id = run.get("run_id") if run else None
-    chosen: dict[tuple[str, int], dict] = {}
+    chosen: dict[CellKey, dict] = {}
     for cell in cells:
         if run_id is None or cell.get("run_id") == run_id:
-            chosen[(cell["label"], int(cell["batch_size"]))] = cell
+            chosen[(cell["label"], int(cell["batch_size"]), record_context(cell))] = cell
     accepted = {p["label"]: p for p in passes if run_id is None or p.get("run_id") == run_id}
-    return Results(run, chosen, skipped, accepted, [r for r in not_run if run_id is None or r.get("run_id") == run_id])
+    results = Results(run, chosen, skipped, accepted, [r for r in not_run if run_id is None or r.get("run_id") == run_id])
+    return results.at_context(results.contexts[0]) if results.contexts else results
+
+
+def record_context(record: dict[str, Any]) -> Context:
+    """A cell's or skipped record's context; None where it has none (records older than the context axis)."""
+    context = record.get("context")
+    return None if context is None else int(context)
 
 
 def acceptance_cell(results: Results, label: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""The report as typed blocks, in order: testbed and Methods, decision matrix, acceptance, speed, policies, agreement,
-memory, findings. The longer sections have their own modules (``*_section.py``).
+"""The report as typed blocks, in order: testbed and Methods, decision matrix, acceptance, speed, context length,
+policies, agreement, memory, findings. The longer sections have their own modules (``*_section.py``).
 
 Knows: which results.jsonl fields each table shows (named under it); every method by its short label
-(``labels.py``). Does not know: rendering.
+(``labels.py``); with several contexts, each by its name (``numbers.context_name``), the acceptance figures being the
+first context's. Does not know: rendering.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from typing import Any
 from speculab.bench.report.acceptance_section import acceptance_pass_blocks
 from speculab.bench.report.agreement_section import agreement_blocks
 from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
+from speculab.bench.report.contexts_section import context_blocks
 from speculab.bench.report.findings import best_use, break_even, break_even_text, recommendation
 from speculab.bench.report.not_run_section import not_run_blocks
-from speculab.bench.report.numbers import DASH, count, nearest, num, pct, size, tok_x
+from speculab.bench.report.numbers import DASH, context_name, count, nearest, num, pct, size, tok_x
 from speculab.bench.report.plots import PLOT_FILES
 from speculab.bench.report.policy_section import policy_blocks
 from speculab.bench.report.results import ACCEPTANCE_DEFINITION, BASELINE_METHOD, Results, acceptance_cell, domains_of
@@ -28,18 +30,33 @@ def _memory_summary(mem: dict[str, Any] | None) -> str:
     return f"{size(mem.get('drafter_weights_bytes'))} weights + {size(mem.get('drafter_kv_bytes_per_token'))}/token KV"
 
 
+def _at_first_context(results: Results) -> str:
+    """Where a run has several contexts, the acceptance figures are its first's: said after their source."""
+    return f" at context {context_name(results, results.context)}" if results.several_contexts else ""
+
+
+def _speed_columns(results: Results) -> list[tuple[str, Results, int]]:
+    """The decision matrix's speed columns: (header, context's view, batch size) at batch 1 and 8 or the nearest
+    measured, at every context (each context's own batch sizes: a context may run fewer)."""
+
+    def ends(batch_sizes: list[int]) -> list[int]:
+        low, high = nearest(batch_sizes, 1), nearest(batch_sizes, 8)
+        return [low] if high == low else [low, high]
+
+    if not results.several_contexts:
+        return [(f"tok/s at batch {b} (speedup)", results, b) for b in ends(results.all_batch_sizes)]
+    return [(f"tok/s at batch {b}, {context_name(results, v.context)} (speedup)", v, b) for v in results.views for b in ends(v.batch_sizes)]
+
+
 def _decision_blocks(results: Results) -> list[Block]:
-    if not results.cells:
+    if not results.all_cells:
         return [Heading(2, "Executive decision matrix"), Paragraph("No measured cells in results.jsonl.")]
-    low, high = nearest(results.batch_sizes, 1), nearest(results.batch_sizes, 8)
-    headers = ["Method", f"tok/s at batch {low} (speedup)"]
-    if high != low:
-        headers.append(f"tok/s at batch {high} (speedup)")
-    headers += ["Acceptance rate", "Mean τ", "Drafter memory", "Best use (from the numbers)"]
+    columns = _speed_columns(results)
+    headers = ["Method", *(h for h, _, _ in columns), "Acceptance rate", "Mean τ", "Drafter memory", "Best use (from the numbers)"]
     rows = []
     for label in results.labels:
         cell = acceptance_cell(results, label)
-        row = [results.short(label), tok_x(results, label, low)] + ([tok_x(results, label, high)] if high != low else [])
+        row = [results.short(label), *(tok_x(view, label, b) for _, view, b in columns)]
         is_base = results.is_baseline(label)
         mem = results.memory(label)
         row += [
@@ -49,11 +66,13 @@ def _decision_blocks(results: Results) -> list[Block]:
             best_use(results, label),
         ]
         rows.append(row)
+    same = " and context" if results.several_contexts else ""
     source = (
-        "`cell.tok_s`; in brackets the speedup over its engine's baseline at the same batch size, measured as the "
+        f"`cell.tok_s`; in brackets the speedup over its engine's baseline at the same batch size{same}, measured as the "
         "sentence below says; `cell.acceptance_rate` and "
-        "`cell.tau` of each label's smallest measured batch size; memory: `run.memory[method].drafter_weights_bytes`"
-        " and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 and where the label has the highest tok/s"
+        f"`cell.tau` of each label's smallest measured batch size{_at_first_context(results)}; memory: "
+        "`run.memory[method].drafter_weights_bytes` and `.drafter_kv_bytes_per_token`; best use: batch sizes where speedup > 1 "
+        f"and where the label has the highest tok/s{', at each context' if same else ''}"
     )
     return [
         Heading(2, "Executive decision matrix"),
@@ -86,7 +105,7 @@ def _acceptance_blocks(results: Results) -> list[Block]:
             Table(
                 [f"{title}: method", "batch", *domains, "all"],
                 rows,
-                f"`cell.{key}` and `cell.{overall}` at each label's smallest batch size",
+                f"`cell.{key}` and `cell.{overall}` at each label's smallest batch size{_at_first_context(results)}",
             )
         )
     if spec and not results.acceptance:  # with an acceptance pass, the plot shows the pass's figures, beside its table
@@ -109,7 +128,9 @@ def _depth_blocks(results: Results, spec: list[str]) -> list[Block]:
             got = accepted[d] if d < len(accepted) else 0
             row.append(f"{got / reached[d]:.2f} ({got}/{reached[d]})" if d < len(reached) and reached[d] else DASH)
         rows.append(row)
-    source = "`cell.accepted_per_position[d]` / `cell.reached_per_position[d]` at each label's smallest batch size"
+    source = (
+        f"`cell.accepted_per_position[d]` / `cell.reached_per_position[d]` at each label's smallest batch size{_at_first_context(results)}"
+    )
     note = (
         "Depth d is tested on the steps that drafted it and accepted every depth before it; the figure is the "
         "share of those steps that accepted depth d too. A drafter trained only on the target's true features "
@@ -169,26 +190,32 @@ def _memory_blocks(results: Results) -> list[Block]:
 
 
 def _findings_blocks(results: Results) -> list[Block]:
+    several = results.several_contexts
     rows = []
     for label in results.labels:
         if results.is_baseline(label):
             continue
-        be = break_even([(b, results.speedup(label, b)) for b in results.batches_of(label)])
-        rows.append(
-            [results.short(label), count(be.last_faster), count(be.first_slower), num(be.crossing, 1), break_even_text(results, label, be)]
-        )
+        for view in results.views if several else [results]:
+            be = break_even([(b, view.speedup(label, b)) for b in view.batches_of(label)])
+            where = [context_name(results, view.context)] if several else []
+            figures = [count(be.last_faster), count(be.first_slower), num(be.crossing, 1), break_even_text(view, label, be)]
+            rows.append([results.short(label), *where, *figures])
     blocks: list[Block] = [Heading(2, "Findings")]
+    headers = ["method", *(["context"] if several else [])]
+    headers += ["largest batch with speedup ≥ 1", "first batch with speedup < 1", "break-even (interpolated)", "reading"]
     blocks.append(
         Table(
-            ["method", "largest batch with speedup ≥ 1", "first batch with speedup < 1", "break-even (interpolated)", "reading"],
+            headers,
             rows,
-            "the speedups of the speed table (`cell.tok_s`, measured as said there); break-even interpolated linearly in log2(batch)",
+            "the speedups of the speed table"
+            + ("s, each context's" if several else "")
+            + " (`cell.tok_s`, measured as said there); break-even interpolated linearly in log2(batch)",
         )
     )
     blocks += [Paragraph(text) for text in recommendation(results)]
     differs = [
-        f"{results.short(lab)} at batch {b}"
-        for (lab, b), c in results.cells.items()
+        f"{results.short(lab)} at batch {b}" + (f" ({context_name(results, ctx)})" if several else "")
+        for (lab, b, ctx), c in results.all_cells.items()
         if c.get("greedy_identical") is False and not c.get("all_near_ties")
     ]
     if differs:
@@ -215,6 +242,7 @@ def document(results: Results) -> list[Block]:
         *acceptance_pass_blocks(results),
         *_acceptance_blocks(results),
         *speed_blocks(results),
+        *context_blocks(results),
         *policy_blocks(results),
         *agreement_blocks(results),
         *_memory_blocks(results),

@@ -173,3 +173,38 @@ def paragraphs(blocks: list[Block]) -> list[str]:
 def rows(table: Table) -> dict[str, dict[str, str]]:
     """{first column: {header: cell}}: one row by its first cell."""
     return {row[0]: dict(zip(table.headers, row)) for row in table.rows}
+
+
+# ---------------------------------------------------------------- a run of two context lengths
+
+LONG = 4096  # the second context asked for, in target tokens
+TOK_S_LONG = {  # label -> tok/s per batch size at LONG; None: skipped for memory
+    BASE: [9.0, 17.0, 30.0, 50.0, 80.0],
+    DRAFT: [8.0, 15.0, 27.0, 45.0, 70.0],  # slower than plain decoding at every batch size
+    EAGLE: [18.0, 25.0, 27.0, 40.0, None],  # pays up to batch 2
+}
+PROMPT_TOKENS = {None: [1230, 1234, 1238, 1234, 1234], LONG: [4100, 4102, 4104, 4102, 4102]}  # cell.context_tokens
+
+
+def context_records() -> list[dict]:
+    """A run of the workload's prompts as they are (``TOK_S``, about 1.2k tokens) and at ``LONG`` (``TOK_S_LONG``, about
+    4.1k tokens), EAGLE's batch 16 at ``LONG`` skipped for memory."""
+    records = [run_record(contexts=[None, LONG])]
+    for context, values in ((None, TOK_S), (LONG, TOK_S_LONG)):
+        for label, tok in values.items():
+            for b, t, tokens in zip(BATCHES, tok, PROMPT_TOKENS[context]):
+                if t is not None:
+                    records.append(cell(label, b, t, context=context, context_tokens=tokens))
+    records.append(
+        {
+            "kind": "skipped",
+            "run_id": "r1",
+            "label": EAGLE,
+            "batch_size": 16,
+            "context": LONG,
+            "engine_bytes": 9 * 2**30,
+            "available_bytes": 6 * 2**30,
+            "reason": "its engine alone needs more than is free",
+        }
+    )
+    return records

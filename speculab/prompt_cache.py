@@ -1,0 +1,69 @@
+"""The prompt cache: prompts' prefill kept for the next request that sends them, whole or as the head of another.
+
+Knows: what a cached prompt holds (its KV, last logits, the features proposers read, drafters' own prompt states), how
+one is found for a new prompt (the same tokens, or the longest shared head) and its bytes.
+Does not know: how a prefill runs or how a slot is filled (``engine.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class CachedPrompt:
+    kv: torch.Tensor  # [layers, 2*kv_heads, prompt_len, head_dim]
+    logits: torch.Tensor  # [vocab] at the prompt's last position
+    features: torch.Tensor  # [prompt_len, width]
+    drafter_states: dict = field(default_factory=dict)  # proposer.prompt_cache_key -> proposer.prompt_state
+
+
+class PromptCache:
+    """Prompt caching: a prompt seen before skips its prefill, and one that shares a head with a cached prompt
+    prefills only the rest.
+
+    A whole prompt's KV, last logits and the features the proposer reads are copied into the new slot, so what
+    follows is exactly what a fresh prefill gives. A drafter's own prompt state (a draft model's KV, an EAGLE head's
+    KV) is kept beside them, so a cached prompt skips the drafter's prefill too. A prompt that is not cached but
+    begins with the same tokens as a cached one (the same files before another request, as agents send them) takes
+    that head's KV and features and runs only the tokens after it (``prefix_hits``, ``reused_tokens``); its drafter
+    prefills the whole prompt. Keyed by the prompt's token ids and the feature layers; shared by engines of one
+    target. Every entry stays until the cache is dropped (the benchmark's prompts are few and known).
+    """
+
+    def __init__(self):
+        self.entries: dict[tuple, CachedPrompt] = {}
+        self.hits = self.misses = self.prefix_hits = self.reused_tokens = 0
+
+    def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
+        return (tuple(prompt_ids), feature_layers)
+
+    def longest_head(self, key: tuple) -> tuple[CachedPrompt | None, int]:
+        """The cached prompt (same feature layers) that shares the most leading tokens with ``key``'s, and how many
+        it shares: at most all but the last, whose logits a prefill must give."""
+        ids, layers = key
+        best, shared = None, 0
+        for (cached_ids, cached_layers), entry in self.entries.items():
+            if cached_layers != layers:
+                continue
+            n = _shared_head(cached_ids, ids, len(ids) - 1)
+            if n > shared:
+                best, shared = entry, n
+        return best, shared
+
+    @property
+    def nbytes(self) -> int:
+        """What the cached prompts hold: their KV, logits, features and drafters' states."""
+        tensors = [t for e in self.entries.values() for t in (e.kv, e.logits, e.features, *e.drafter_states.values())]
+        return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _shared_head(a: tuple, b: tuple, most: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, at most ``most``."""
+    n = min(len(a), len(b), most)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
