@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from speculab.bench.contexts import context_key
 from speculab.bench.results_store import ResultsFile
 from speculab.methods import MethodSpec
 
@@ -79,8 +80,7 @@ class BenchConfig:
 
     def batch_sizes_at(self, context) -> tuple[int, ...]:
         """The batch sizes measured at ``context`` (as asked: None, "max" or tokens): its own, else ``batch_sizes``."""
-        key = "workload" if context is None else str(context)
-        return tuple(self.context_batch_sizes.get(key, self.batch_sizes))
+        return tuple(self.context_batch_sizes.get(context_key(context), self.batch_sizes))
 
     @property
     def in_process(self) -> tuple[MethodSpec, ...]:
