@@ -61,9 +61,12 @@ class PromptCache:
 
 
 def _shared_head(a: tuple, b: tuple, most: int) -> int:
-    """How many leading tokens ``a`` and ``b`` share, at most ``most``."""
-    n = min(len(a), len(b), most)
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    """How many leading tokens ``a`` and ``b`` share, at most ``most``: a bisection over slices, each compared in C."""
+    low, high = 0, min(len(a), len(b), most)  # the first low are shared; more than high are not
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -74,9 +74,8 @@ def resolve_contexts(asked: tuple, positions: int, room: int) -> tuple[int | Non
 
 def resolve_contexts_each(asked: tuple, positions: int, room: int) -> list[int | None]:
     """``resolve_contexts`` for each of ``asked``, in its order (repeats kept)."""
-    resolved = []
+    resolved, longest = [], positions - room
     for context in asked:
-        longest = positions - room
         if context == MAX:
             context = longest
         if context is not None and context > longest:
@@ -165,12 +164,9 @@ class PromptsByContext:
         prompt."""
         if loaded is None:
             return cls((None,), {None: items}, {}, {None: cfg.batch_sizes_at(None)})
-        positions = loaded.model.config.max_position_embeddings
-        contexts = resolve_contexts(cfg.contexts, positions, room)
-        sizes = {
-            resolved: cfg.batch_sizes_at(asked)
-            for asked, resolved in zip(cfg.contexts, resolve_contexts_each(cfg.contexts, positions, room))
-        }
+        each = resolve_contexts_each(cfg.contexts, loaded.model.config.max_position_embeddings, room)
+        contexts = tuple(dict.fromkeys(each))
+        sizes = {resolved: cfg.batch_sizes_at(asked) for asked, resolved in zip(cfg.contexts, each)}
         lengthen = Lengthener.from_pool(loaded.tokenizer) if any(c is not None for c in contexts) else None
         at = {c: [lengthen.at(i, c) for i in items] if c is not None else items for c in contexts}
         ids = {c: [loaded.tokenizer.encode_chat(i.message_dicts()) for i in found] for c, found in at.items()}
@@ -183,12 +179,9 @@ class PromptsByContext:
         lengths = sorted(len(p) for p in self.ids[context][:n])
         return lengths[len(lengths) // 2]
 
-    def median_tokens(self) -> dict[str, int | None]:
-        return {context_key(c): self.median_of(c) for c in self.contexts}
-
     def record(self) -> dict:
         """What the run record says of its contexts: each one's median prompt tokens."""
-        return {"context_tokens": self.median_tokens()}
+        return {"context_tokens": {context_key(c): self.median_of(c) for c in self.contexts}}
 
     def label(self, context: int | None) -> str:
         return f"{context_key(context)} ({self.median_of(context)} tokens)"

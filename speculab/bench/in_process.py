@@ -283,12 +283,12 @@ def sizing(cfg: BenchConfig, target: Target | None, previous_run: dict | None, p
     rates = calibrate(lm.model, target.prompts, everywhere, lm.tokenizer.stop_ids, target.cache)
     measured_at = prompts.median_of(prompts.contexts[0])
     cells = sum(len(sizes) for sizes in prompts.batch_sizes.values())  # the limit's equal shares: one a cell of methods
+    languages = len({item.domain for item in target.items})  # a prompt of each at least
     sized = {}
     for key, context in keys.items():
         sizes, tokens = prompts.batch_sizes[context], prompts.median_of(context)
         scaled = {b: rate_at_context(rate_at(rates, b), b, lm.model, measured_at, tokens) for b in sizes}
         share_s = cfg.time_limit_s * len(sizes) / cells
-        languages = len({item.domain for item in target.items})
         sized[key] = prompts_per_batch(
             scaled, sizes, len(cfg.in_process), cfg.max_tokens, cfg.repeats, share_s, len(target.prompts), least=languages
         )

@@ -82,8 +82,8 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
                 _measure_launched(run, cells, reference, references, target)
                 if context is None:  # the pass's prompts are the workload's own: their prompt cache is this one
                     _acceptance_pass(run, target, specs, options_of)
-            if None not in prompts.contexts:
-                target.cache = PromptCache() if cfg.prompt_cache and target is not None else None
+            if None not in prompts.contexts and target is not None:  # the pass's prompts are the workload's own
+                target.cache = PromptCache() if cfg.prompt_cache else None
                 _acceptance_pass(run, target, specs, options_of)
     return results.path
 
@@ -160,6 +160,8 @@ def _measure_cells(
 
 def _measure_launched(run: RunContext, cells: _ContextCells, reference: ReferenceModel, references: References, target) -> None:
     """The launched engines' cells at the run's context, their baselines compared with speculab's own."""
+    if not run.cfg.launched:
+        return
     ours = {b: [reference().tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
     for engine in run.cfg.launched:
         known = references.engine_texts(engine, cells.context)
