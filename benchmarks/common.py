@@ -2,7 +2,7 @@
 and the subcommand plumbing of their command lines.
 
 Knows: how to time a call (after a warm-up, or alone), how to summarise repeats (median with [min, max]), how to
-time one forward over q new tokens per row after a 1,200-token context (``measure_runs``), the native attention
+time one forward over q new tokens per row after a context (1,200 tokens unless told; ``measure_runs``), the native attention
 over a model's layers' caches, and how to summarise two variants timed alternately round by round (one ratio a
 round). Does not know: what any script measures or prints; it prints nothing but the paired cells (to stderr).
 Not a script: the topic scripts beside it import it (their folder is on ``sys.path`` when they run).
@@ -71,21 +71,30 @@ def read_bandwidth_gbs(num_bytes: int, repeats: int) -> list[float]:
     return [passes * num_bytes / t / 1e9 for t in timed(run, repeats)]
 
 
-def measure_runs(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, list[float]]:
-    """Every repeat's ms of a forward over q tokens per row after ``CONTEXT`` tokens, for each q (interleaved across q,
+def measure_runs(model, batch_size: int, qs: list[int], repeats: int, context: int = CONTEXT) -> dict[int, list[float]]:
+    """Every repeat's ms of a forward over q tokens per row after ``context`` tokens, for each q (interleaved across q,
     after one warm-up round)."""
-    cache = model.new_cache(batch_size, CONTEXT + max(qs) + 8)
-    context = torch.randint(0, model.config.vocab_size, (CONTEXT,)).tolist()
-    for slot in range(batch_size):
-        prefill(model, cache, slot, context)
-    rows, start = torch.arange(batch_size), torch.full((batch_size,), CONTEXT)
+    cache = filled_cache(model, batch_size, context, context + max(qs) + 8)
+    tokens_of = torch.randint(0, model.config.vocab_size, (max(qs),)).tolist()
+    rows, start = torch.arange(batch_size), torch.full((batch_size,), context)
     times: dict[int, list[float]] = {q: [] for q in qs}
     for _ in range(repeats + 1):  # the first round warms up
         for q in qs:
             batch = causal_batch(rows, start, q)
-            tokens = torch.tensor([context[:q]] * batch_size)
+            tokens = torch.tensor([tokens_of[:q]] * batch_size)
             times[q].append(clocked(lambda: model(tokens, batch, cache))[1])
     return {q: [x * 1e3 for x in t[1:]] for q, t in times.items()}
+
+
+def filled_cache(model, batch_size: int, context: int, max_len: int):
+    """A cache whose every slot holds ``context`` positions: one prefill of random tokens, copied to the other slots
+    (what a forward costs does not depend on the values, and a prefill per slot would take minutes at long contexts)."""
+    cache = model.new_cache(batch_size, max_len)
+    prefill(model, cache, 0, torch.randint(0, model.config.vocab_size, (context,)).tolist())
+    cache.kv[:, 1:] = cache.kv[:, :1]
+    for slot in range(1, batch_size):
+        cache.commit(slot, context)
+    return cache
 
 
 def measure(model, batch_size: int, qs: list[int], repeats: int) -> dict[int, float]:
@@ -99,13 +108,13 @@ def layers_attention(kernels, caches, query, mask, kv_heads: int) -> None:
         kernels.cached_attention(query, layer[:, :kv_heads], layer[:, kv_heads:], mask)
 
 
-def attention_ms(model, batch: int, q: int, repeats: int) -> float:
-    """Median ms of the native attention alone over the model's layers' caches (``CONTEXT`` tokens), q rows each."""
+def attention_ms(model, batch: int, q: int, repeats: int, context: int = CONTEXT) -> float:
+    """Median ms of the native attention alone over the model's layers' caches (``context`` tokens), q rows each."""
     kernels, c = model.native_layers.kernels, model.config
-    cache = torch.randn(c.num_layers, batch, 2 * c.num_kv_heads, CONTEXT + q, c.head_dim)
+    cache = torch.randn(c.num_layers, batch, 2 * c.num_kv_heads, context + q, c.head_dim)
     group = c.num_heads // c.num_kv_heads
     query = torch.randn(batch, c.num_kv_heads, group * q, c.head_dim)
-    mask = torch.zeros(batch, 1, group * q, CONTEXT + q)
+    mask = torch.zeros(batch, 1, group * q, context + q)
     return median_ms(lambda: layers_attention(kernels, cache, query, mask, c.num_kv_heads), repeats)
 
 

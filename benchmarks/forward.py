@@ -5,7 +5,7 @@ Subcommands (``--help`` on each says more):
 - ``floor``: a forward's T(q)/T(1), its share of that floor and where its time goes, for every kernel variant here;
 - ``verify-cost``: a verify of q tokens per row at each batch size, and the most speculation could gain there;
 - ``cost``: one forward over 1 / 4 / 16 / 26 tokens at batch 1, in each dtype, relative to q = 1.
-Knows: the embedded model, 1,200 tokens of context a row, random tokens (their values do not change the cost).
+Knows: the embedded model, 1,200 tokens of context a row unless ``--contexts`` names others, random tokens (their values do not change the cost).
 Does not know: drafting (``drafters.py``), acceptance, a kernel alone (``kernels_alone.py``) or one kernel against another
 in whole forwards (``forward_kernels.py``).
 Usage: python benchmarks/forward.py COMMAND [options]; e.g. ``forward.py floor --repeats 5``. Progress goes to stderr;
@@ -39,6 +39,7 @@ from speculab.models.memory import kv_bytes_per_token
 from speculab.runtime import default_dtype, load
 
 BATCHES = (1, 16)
+CONTEXTS_HELP = "tokens of context a row, each measured in turn (default: 1200)"
 
 
 def forward_shape(config: ModelConfig, context: int, kv_bytes: int, weight_bytes: int) -> dict:
@@ -126,7 +127,7 @@ def machine_floor(args) -> None:
     print(json.dumps(result))
 
 
-def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
+def parts_ms(model, batch: int, q: int, repeats: int, context: int) -> dict[str, float]:
     """Median ms of the model's linears alone, and of its attention alone, on the rows of one (batch, q) step."""
     kernels, c = model.native_layers.kernels, model.config
     rows = batch * q
@@ -141,7 +142,7 @@ def parts_ms(model, batch: int, q: int, repeats: int) -> dict[str, float]:
             kernels.linear(wide, p[6], c.hidden_size, None, x)
         model.lm_head(x)
 
-    return {"linears": median_ms(linears, repeats), "attention": attention_ms(model, batch, q, repeats)}
+    return {"linears": median_ms(linears, repeats), "attention": attention_ms(model, batch, q, repeats, context)}
 
 
 def variant_models() -> dict[str, object]:
@@ -158,15 +159,16 @@ def variant_models() -> dict[str, object]:
     return models
 
 
-def run_variant(name: str, model, args, floors: dict[int, float]) -> list[dict]:
+def run_variant(name: str, model, args, floors: dict[int, float], context: int) -> list[dict]:
     cells = []
     for b in args.batch_sizes:
-        runs = measure_runs(model, b, args.qs, args.repeats)
+        runs = measure_runs(model, b, args.qs, args.repeats, context)
         one = statistics.median(runs[1])
         for q in args.qs:
             ms = statistics.median(runs[q])
             cell = {
                 "variant": name,
+                "context": context,
                 "batch_size": b,
                 "q": q,
                 "ms": round(ms, 2),
@@ -175,7 +177,7 @@ def run_variant(name: str, model, args, floors: dict[int, float]) -> list[dict]:
             }
             cell |= {"relative": round(ms / one, 3), "share_of_floor": round(floors[b] / ms, 3)}
             if model.native_layers is not None:
-                parts = parts_ms(model, b, q, args.repeats)
+                parts = parts_ms(model, b, q, args.repeats, context)
                 cell |= {f"{k}_ms": round(v, 2) for k, v in parts.items()} | {"rest_ms": round(ms - sum(parts.values()), 2)}
             cells.append(cell)
             print(cell, file=sys.stderr)
@@ -185,7 +187,8 @@ def run_variant(name: str, model, args, floors: dict[int, float]) -> list[dict]:
 def floor(args) -> None:
     """A target forward against this machine's floor: T(q)/T(1), the share of the floor, and where the time goes.
 
-    In one run, interleaved, medians of ``--repeats`` with [min, max], after a 1,200-token context per row:
+    In one run, interleaved, medians of ``--repeats`` with [min, max], after each of ``--contexts`` tokens of context
+    a row (1,200 unless told; the floor's K/V bytes are that context's):
     - ``native-amx``: speculab's fp32 path with the AMX linear kernel (``bf16_linear_amx.cpp``; the default where the
       CPU has AMX) and the AVX512 attention, only where the CPU has AMX;
     - ``native-avx512``: speculab's fp32 path on a bf16 checkpoint (the default where the native kernels are built),
@@ -210,49 +213,52 @@ def floor(args) -> None:
     kinds = {}
     cells = []
     bandwidth = statistics.median(read_bandwidth_gbs(1 << 30, 5))  # once, so every variant is set against one floor
-    for name, kv_bytes, model in variants:
-        if model.native_layers is not None:
-            model.native_layers.kernels.use_avx512(name != "native-avx2")
-        kinds[name] = linear_kind(model)
-        shape = forward_shape(model.config, CONTEXT, kv_bytes, 2)
-        floors = {b: (shape["weight_bytes"] + b * shape["kv_bytes_per_sequence"]) / bandwidth / 1e6 for b in args.batch_sizes}
-        print(f"{name}: {kinds[name]}, {bandwidth:.1f} GB/s, floors {floors}", file=sys.stderr)
-        cells += [
-            c | {"bandwidth_gbs": round(bandwidth, 2), "floor_ms": round(floors[c["batch_size"]], 2)}
-            for c in run_variant(name, model, args, floors)
-        ]
+    for context in args.contexts:
+        for name, kv_bytes, model in variants:
+            if model.native_layers is not None:
+                model.native_layers.kernels.use_avx512(name != "native-avx2")
+            kinds[name] = linear_kind(model)
+            shape = forward_shape(model.config, context, kv_bytes, 2)
+            floors = {b: (shape["weight_bytes"] + b * shape["kv_bytes_per_sequence"]) / bandwidth / 1e6 for b in args.batch_sizes}
+            print(f"{name} at {context} tokens: {kinds[name]}, {bandwidth:.1f} GB/s, floors {floors}", file=sys.stderr)
+            cells += [
+                c | {"bandwidth_gbs": round(bandwidth, 2), "floor_ms": round(floors[c["batch_size"]], 2)}
+                for c in run_variant(name, model, args, floors, context)
+            ]
     if native.native_layers is not None:
         native.native_layers.kernels.use_avx512(True)
-    record = {"cpu_flags": reported_cpu_flags(), "threads": torch.get_num_threads(), "context": CONTEXT}
+    record = {"cpu_flags": reported_cpu_flags(), "threads": torch.get_num_threads(), "contexts": args.contexts}
     print(json.dumps(record | {"linear_kernels": kinds, "cells": cells}))
 
 
 def verify_cost(args) -> None:
     """What a verify step costs at each batch size: one target forward over q tokens per request.
 
-    Every request has a 1,200-token context. For batch size B, a verify of q tokens per request costs forward(B, q);
+    Every request has ``--contexts`` tokens of context (1,200 unless told), each in turn. For batch size B, a verify of q tokens per request costs forward(B, q);
     with a perfect, free drafter a step then emits q tokens per request, so q · forward(B, 1) / forward(B, q) is the
     most speculation can gain at that batch size on this machine (the ceiling). Medians of interleaved repeats with
     [min, max].
     """
     model = load(None, args.dtype).model
     results = []
-    for b in args.batch_sizes:
-        runs = measure_runs(model, b, args.qs, args.repeats)
-        ms = {q: statistics.median(t) for q, t in runs.items()}
-        for q in args.qs:
-            row = {
-                "batch_size": b,
-                "q": q,
-                "ms": round(ms[q], 2),
-                "min": round(min(runs[q]), 2),
-                "max": round(max(runs[q]), 2),
-                "relative": round(ms[q] / ms[1], 3),
-                "ceiling_speedup": round(q * ms[1] / ms[q], 3),
-            }
-            results.append(row)
-            print(row, file=sys.stderr)
-    record = {"dtype": args.dtype, "cpu_flags": reported_cpu_flags(), "linear_kernels": linear_kind(model), "context": CONTEXT}
+    for context in args.contexts:
+        for b in args.batch_sizes:
+            runs = measure_runs(model, b, args.qs, args.repeats, context)
+            ms = {q: statistics.median(t) for q, t in runs.items()}
+            for q in args.qs:
+                row = {
+                    "context": context,
+                    "batch_size": b,
+                    "q": q,
+                    "ms": round(ms[q], 2),
+                    "min": round(min(runs[q]), 2),
+                    "max": round(max(runs[q]), 2),
+                    "relative": round(ms[q] / ms[1], 3),
+                    "ceiling_speedup": round(q * ms[1] / ms[q], 3),
+                }
+                results.append(row)
+                print(row, file=sys.stderr)
+    record = {"dtype": args.dtype, "cpu_flags": reported_cpu_flags(), "linear_kernels": linear_kind(model), "contexts": args.contexts}
     print(json.dumps(record | {"threads": torch.get_num_threads(), "results": results}))
 
 
@@ -283,9 +289,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
     p.add_argument("--qs", type=int, nargs="+", default=[1, 4, 8, 16])
+    p.add_argument("--contexts", type=int, nargs="+", default=[CONTEXT], help=CONTEXTS_HELP)
     p = subcommand(sub, "verify-cost", verify_cost)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--qs", type=int, nargs="+", default=[1, 2, 3, 4, 8])
+    p.add_argument("--contexts", type=int, nargs="+", default=[CONTEXT], help=CONTEXTS_HELP)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--dtype", default="float32")
     p = subcommand(sub, "cost", cost)

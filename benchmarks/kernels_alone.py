@@ -6,6 +6,7 @@ Subcommands (``--help`` on each says more):
 - ``linear-pack``: oneDNN's prepacked fp32 linear by batch hint (packed layout) and by rows per call;
 - ``amx-probe``: speculab's FMA and AMX linear kernels against oneDNN's prepacked bf16 matmul;
 - ``attention``: the native attention over an fp32 cache against a bf16 one, paired round by round;
+- ``flash``: the native attention against ATen's flash attention, from a decode step's rows to a prefill chunk's;
 - ``argmax``: torch's CPU argmax against ``sampling.greedy_tokens`` (numpy's).
 Knows: the embedded model's shapes (hidden 576, 9 query / 3 KV heads of 64, vocabulary 49,152), random weights and
 inputs (values do not change the cost). Does not know: a whole forward (``forward.py``, ``forward_kernels.py``).
@@ -190,6 +191,47 @@ def attention(args) -> None:
     print(json.dumps(record | {"context": CONTEXT, "cells": cells}))
 
 
+def flash_cells(kernels, context: int, qs: list[int], repeats: int) -> list[dict]:
+    """Native against ATen's flash attention for one layer of the embedded model (3 KV heads of 3 query heads each),
+    q new tokens after ``context`` cached ones, causal among the new ones; median ms of ``repeats``, interleaved."""
+    cells = []
+    for q in qs:
+        cache = torch.randn(1, 2 * KV_HEADS, context + q, HEAD_DIM)
+        keys, values = cache[:, :KV_HEADS], cache[:, KV_HEADS:]
+        query, mask = torch.randn(1, KV_HEADS, GROUP * q, HEAD_DIM), torch.zeros(1, 1, GROUP * q, context + q)
+        for i in range(q):  # the query row of head g and token i sees the context and tokens 0..i
+            mask[0, 0, i::q, context + i + 1 :] = float("-inf")
+        calls = {
+            "native": lambda: kernels.cached_attention(query, keys, values, mask),
+            "flash": lambda: F.scaled_dot_product_attention(query, keys, values, attn_mask=mask),
+        }
+        runs = {name: [] for name in calls}
+        for call in calls.values():
+            call()  # warm-up
+        for _ in range(repeats):
+            for name, call in calls.items():
+                runs[name].append(clocked(call)[1] * 1e3)
+        ms = {name: statistics.median(t) for name, t in runs.items()}
+        gflops = 4 * KV_HEADS * GROUP * q * (context + q) * HEAD_DIM / 1e6  # q·k and p·v, every key (masked too)
+        cell = {"context": context, "q": q} | {f"{n}_ms": round(v, 3) for n, v in ms.items()}
+        cell |= {"flash_over_native": round(ms["flash"] / ms["native"], 2), "native_gflop_s": round(gflops / ms["native"], 1)}
+        cells.append(cell)
+        print(cell, file=sys.stderr)
+    return cells
+
+
+def flash(args) -> None:
+    """The native attention against ATen's flash attention (what a forward of more new tokens than the native
+    attention takes uses), one layer, from a decode step's q to a prefill chunk's, at each ``--contexts``.
+
+    Knows: the embedded model's heads (9 query, 3 KV, head_dim 64), batch 1, a causal mask among the new tokens.
+    Does not know: the layer's linears (``forward.py floor`` has the whole forward and its parts).
+    """
+    kernels = native_or_exit("flash")
+    cells = [c for context in args.contexts for c in flash_cells(kernels, context, args.qs, args.repeats)]
+    print(json.dumps({"cpu_flags": reported_cpu_flags(), "threads": torch.get_num_threads(), "cells": cells}))
+
+
 def argmax(args) -> None:
     """The greedy token of each row: torch's CPU argmax against ``sampling.greedy_tokens`` (numpy's), in microseconds.
 
@@ -216,6 +258,10 @@ def main() -> None:
     subcommand(sub, "linear-pack", linear_pack)
     subcommand(sub, "amx-probe", amx_probe).add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     subcommand(sub, "attention", attention).add_argument("--rounds", type=int, default=7)
+    p = subcommand(sub, "flash", flash)
+    p.add_argument("--contexts", type=int, nargs="+", default=[CONTEXT, 4096])
+    p.add_argument("--qs", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 512])
+    p.add_argument("--repeats", type=int, default=7)
     subcommand(sub, "argmax", argmax).add_argument("--repeats", type=int, default=7)
     run_subcommand(parser)
 

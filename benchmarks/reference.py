@@ -56,6 +56,7 @@ KINDS = {  # folder kind -> (name in the tables, the CPU), as benchmarks/results
     "epyc-zen5": ("EPYC Zen 5", "AMD EPYC, family 26 model 2: AVX512F/DQ/BW/VL/VNNI/IFMA/VBMI, AVX512-BF16, no AMX"),
     "epyc-zen4": ("EPYC Zen 4", "AMD EPYC, family 25 model 17: AVX512F/DQ/BW/VL/VNNI/IFMA/VBMI/VBMI2, AVX512-BF16, no AMX"),
     "epyc-avx2": ("EPYC AVX2", "AMD EPYC (Zen 3): AVX2 + FMA only"),
+    "epyc-zen1": ("EPYC Zen 1", "AMD EPYC, family 23 model 1: AVX2 + FMA only, no AVX512"),
 }
 DOCUMENTED_SPREAD = (
     "two fresh `make bench` runs of one commit on the EPYC Zen 5 (2026-12-05) agreed within 9% at batch 1 and 16 and within 11% at batch 2"

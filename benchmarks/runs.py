@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import attention_ms, command_line, measure_runs, run_subcommand, spread, subcommand
+from common import CONTEXT, attention_ms, command_line, measure_runs, run_subcommand, spread, subcommand
 
 # speculab is imported in the functions that use it: a ``commits`` child runs this file with an older commit's
 # speculab first on the path, which may lack any module but the few its cells need
@@ -81,30 +81,34 @@ def reruns(args) -> None:
     print(json.dumps(summary | {"all_within": bool(within) and all(within)}))
 
 
-def commit_cells() -> dict[str, float]:
-    """In a child: ms of every cell with the speculab found first on the path."""
+def commit_cells(context: int) -> dict[str, float]:
+    """In a child: ms of every cell after ``context`` tokens, with the speculab found first on the path."""
     from speculab.runtime import load
 
     model = load(None, "float32").model
     cells = {}
     for b in sorted({b for b, _ in COMMIT_CELLS}):
-        runs = measure_runs(model, b, [q for bb, q in COMMIT_CELLS if bb == b], 5)
+        runs = measure_runs(model, b, [q for bb, q in COMMIT_CELLS if bb == b], 5, context)
         cells |= {f"forward b{b} q{q}": statistics.median(t) for q, t in runs.items()}
-    cells |= {f"attention b{b} q{q}": attention_ms(model, b, q, 5) for b, q in COMMIT_CELLS}
+    cells |= {f"attention b{b} q{q}": attention_ms(model, b, q, 5, context) for b, q in COMMIT_CELLS}
     return cells
 
 
-def child(tree: Path) -> dict[str, float]:
+def child(tree: Path, context: int) -> dict[str, float]:
     env = os.environ | {"PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, __file__, "commits", "--child"], cwd=tempfile.gettempdir(), env=env, capture_output=True, text=True
+        [sys.executable, __file__, "commits", "--child", "--context", str(context)],
+        cwd=tempfile.gettempdir(),
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if out.returncode:
         raise RuntimeError(f"the cells failed with {tree} first on the path:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def paired_children(old: str, rounds: int) -> dict[str, list[dict]]:
+def paired_children(old: str, rounds: int, context: int) -> dict[str, list[dict]]:
     """Every cell's ms in each round, for a worktree of ``old`` and for this checkout, each built first."""
     from speculab.bench.turns import abba
 
@@ -121,7 +125,7 @@ def paired_children(old: str, rounds: int) -> dict[str, list[dict]]:
                     check=True,
                 )
             for i, name in abba(["old", "new"], rounds):
-                runs[name].append(child(tree if name == "old" else REPO))
+                runs[name].append(child(tree if name == "old" else REPO, context))
                 print(f"round {i + 1}: {name} done", file=sys.stderr)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
@@ -135,15 +139,16 @@ def commits(args) -> None:
     tree first on the path) and how to set two builds side by side: child processes that alternate, old, new, new,
     old, ..., each measuring every cell, and the ratio taken pair by pair. Two builds cannot share one process: the
     second library's calls bind to the first one's symbols. Cells: a target forward over q new tokens per row after
-    1,200 tokens of context (median of 5), and the attention alone over the model's 30 layers' caches.
+    ``--context`` tokens of context (1,200 unless told; median of 5), and the attention alone over the model's 30
+    layers' caches.
     Does not know: what changed between the commits.
     """
     if args.child:
-        print(json.dumps(commit_cells()))
+        print(json.dumps(commit_cells(args.context)))
         return
     if args.old is None:
         sys.exit("runs.py commits: name the OLD commit")
-    runs = paired_children(args.old, args.rounds)
+    runs = paired_children(args.old, args.rounds, args.context)
     summary = {}
     for cell in runs["old"][0]:
         o, n = [r[cell] for r in runs["old"]], [r[cell] for r in runs["new"]]
@@ -155,7 +160,7 @@ def commits(args) -> None:
         }
         print(f"{cell:>18}: {summary[cell]}", file=sys.stderr)
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(json.dumps({"old": args.old, "new": head, "rounds": args.rounds, "cells": summary}))
+    print(json.dumps({"old": args.old, "new": head, "rounds": args.rounds, "context": args.context, "cells": summary}))
 
 
 def policy_at_zero(args) -> None:
@@ -200,6 +205,7 @@ def main() -> None:
     p = subcommand(sub, "commits", commits)
     p.add_argument("old", nargs="?", help="the older commit")
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--context", type=int, default=CONTEXT, help="tokens of context a row (default: 1200)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p = subcommand(sub, "policy-at-zero", policy_at_zero)
     p.add_argument("--batch-size", type=int, default=8)

@@ -246,6 +246,7 @@ def _endpoints(args: argparse.Namespace) -> tuple:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from speculab.bench.auto_policy import RunTuner
     from speculab.bench.report import build_report, summary
     from speculab.bench.resume import recorded_config, refuse_contradictions
     from speculab.bench.runner import run_bench
@@ -256,7 +257,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if recorded is not None:
         refuse_contradictions(cfg, recorded, args.out)
     load_workload(cfg.workload)  # a bad workload fails before any model loads
-    results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress, tuner=args.tuner)
+    # an auto row's tune measures the run's contexts (bench/auto_policy.py)
+    tuner = RunTuner.for_run(args.tuner, cfg)
+    results = run_bench(cfg, args.out, resume=args.resume, progress=not args.no_progress, tuner=tuner)
     paths = build_report(results, args.out)
     print(json.dumps({"results": str(results), **paths, **summary(results)}))
     return 0

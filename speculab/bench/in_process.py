@@ -1,10 +1,11 @@
 """The cells ``speculab bench`` measures in its own process: a method at a batch size on the loaded target.
 
 Knows: the target and its prompts (their prefill shared through a prompt cache in ``--quick``), warm-up, repeats
-taking turns in rounds across the methods of one batch size (the median repeat's figures, and every round's tok/s), fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and
-ITL at p50 and p99, τ and acceptance overall, per domain and per position, peak memory, greedy identity with the
-baseline and, where outputs part, whether at a near-tie) and how many prompts each batch size runs under a time
-limit (``sizing.py``).
+taking turns in rounds across the methods of one batch size, or in groups beside the baseline where memory holds not
+all of their engines at once (the median repeat's figures, every round's tok/s and, in groups, its group's baseline's),
+fixed seeds, what a cell measures (tok/s in total and per request, TTFT, TPOT and ITL at p50 and p99, τ and acceptance
+overall, per domain and per position, peak memory, greedy identity with the baseline and, where outputs part, whether
+at a near-tie) and how many prompts each batch size runs under a time limit (``sizing.py``).
 
 Does not know: the results file, HTTP cells, or how proposers work.
 """
@@ -46,9 +47,12 @@ def load_target(cfg: BenchConfig, items: list[WorkloadItem]) -> Target:
     return Target(loaded, prompts, items, PromptCache() if cfg.prompt_cache else None)
 
 
-def with_prompts(target: Target, items: list[WorkloadItem], prompts: list[list[int]], prompt_cache: bool) -> Target:
-    """The same target with other prompts (another context's), a prompt cache of their own and no references yet."""
-    return Target(target.loaded, prompts, items, PromptCache() if prompt_cache else None)
+def with_prompts(
+    target: Target, items: list[WorkloadItem], prompts: list[list[int]], prompt_cache: bool, cache: PromptCache | None = None
+) -> Target:
+    """The same target with other prompts (another context's), a prompt cache of their own (``cache``: one filled
+    already, by a tune of the same target at this context) and no references yet."""
+    return Target(target.loaded, prompts, items, (cache or PromptCache()) if prompt_cache else None)
 
 
 # -- memory -----------------------------------------------------------------------------------
@@ -186,24 +190,55 @@ def measure_in_rounds(
     batch_size: int,
     cfg: BenchConfig,
     run: RunContext,
-    in_turns: bool = True,
+    fit: RoundsFit | None = None,
 ) -> list[dict]:
     """The cells of ``specs`` at one batch size in rounds. The first round runs each method alone, one after another
-    (its peak memory); in the later ones their engines take turns of ``TURN_S`` (``in_turns``; else, where memory
-    holds one engine at a time, they run as the first round does). A method's per-round ratio to the baseline of its
-    round cancels the machine's drift, and the median ratio lies between two rounds taken in turns. Each cell's record
-    (baseline first), once every round has run."""
+    (its peak memory); in the later ones their engines take turns of ``TURN_S`` as ``fit`` (``memory_fit``) allows:
+    all at once (None, or ``fit.in_turns``); in ``fit.groups``, one group after another, each the baseline and the
+    methods that fit beside it taking turns; else each alone, as the first round runs. A method's per-round ratio to
+    the baseline of its round (of its group: ``baseline_tok_s_by_round``) cancels the machine's drift, and the median
+    ratio lies between two rounds taken in turns. Each cell's record (baseline first), once every round has run.
+
+    In groups the baseline runs once in every group of a round, but its own cell keeps one run a round: its run in the
+    first group (its ``tok_s_by_round``, and its median repeat's outputs, greedy identity's reference as ever). Its
+    runs in the other groups are timed only as their methods' ``baseline_tok_s_by_round``."""
+    groups = turn_groups(specs, fit)
+    base = next((s.label for s in specs if s.name == "baseline"), None)
     repeats: dict[str, list[Repeat]] = {s.label: [] for s in specs}
+    paired: dict[str, list[float]] = {s.label: [] for s in specs if s.label != base}  # method -> its round's baseline tok/s
     for round_index in range(cfg.repeats):
-        if round_index and in_turns:
-            run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats}, in turns")
-            for spec, repeat in zip(specs, round_in_turns(target, specs, options_of, batch_size, cfg, run.bar)):
-                repeats[spec.label].append(repeat)
+        if round_index and groups:
+            for n, group in enumerate(groups):
+                where = f", group {n + 1}/{len(groups)}" if len(groups) > 1 else ""
+                run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats}, in turns{where}")
+                ran = dict(zip([s.label for s in group], round_in_turns(target, group, options_of, batch_size, cfg, run.bar)))
+                for label, repeat in ran.items():
+                    if label != base or n == 0:
+                        repeats[label].append(repeat)
+                    if label != base and base in ran:
+                        paired[label].append(ran[base].tok_s)
             continue
         for spec in specs:
             run.show(f"b{batch_size} round {round_index + 1}/{cfg.repeats} {spec.label}")
             repeats[spec.label].append(run_repeat(target, spec, options_of[spec.label], batch_size, cfg, run.bar))
-    return [cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg, in_turns) for s in specs]
+        if base is not None:
+            for label in paired:
+                paired[label].append(repeats[base][-1].tok_s)
+    # one group is every engine in turns: the baseline cell's own rounds are every method's, as in older results
+    by_group = paired if len(groups) > 1 and base is not None else {}
+    return [
+        cell_record(target, s, options_of[s.label], repeats[s.label], batch_size, cfg, bool(groups), by_group.get(s.label)) for s in specs
+    ]
+
+
+def turn_groups(specs: list[MethodSpec], fit: RoundsFit | None) -> list[list[MethodSpec]]:
+    """The engines that take turns together in a later round, group by group: all of ``specs`` (no fit, or all fit
+    at once); the fit's groups, of those in ``specs``; none where each runs alone."""
+    if fit is None or fit.in_turns:
+        return [specs]
+    by_label = {s.label: s for s in specs}
+    groups = [[by_label[label] for label in g if label in by_label] for g in fit.groups]
+    return [g for g in groups if g]
 
 
 def rounds_fit(target: Target, specs: list[MethodSpec], options_of: dict[str, dict], batch_size: int, cfg: BenchConfig) -> RoundsFit:
@@ -214,14 +249,23 @@ def rounds_fit(target: Target, specs: list[MethodSpec], options_of: dict[str, di
         proposer = new_proposer(spec, options_of[spec.label])
         needed[spec.label] = engine_bytes(lm.model, batch_size, sequence_length(longest, cfg.max_tokens, proposer), proposer)
     cached = target.cache.nbytes if target.cache is not None else 0
-    return fit_rounds(needed, free_memory.available_bytes(lm.model.norm.weight.device), cached)
+    base = next((s.label for s in specs if s.name == "baseline"), None)
+    return fit_rounds(needed, free_memory.available_bytes(lm.model.norm.weight.device), cached, base)
 
 
 def cell_record(
-    target: Target, spec: MethodSpec, options: dict, repeats: list[Repeat], batch_size: int, cfg: BenchConfig, in_turns: bool = True
+    target: Target,
+    spec: MethodSpec,
+    options: dict,
+    repeats: list[Repeat],
+    batch_size: int,
+    cfg: BenchConfig,
+    in_turns: bool = True,
+    baseline_tok_s_by_round: list[float] | None = None,
 ) -> dict:
     """A cell's record from its repeats, in the order they ran (``tok_s_by_round``): the median repeat's figures, and
-    greedy identity with the baseline's outputs at this batch size (a baseline's own outputs become that reference)."""
+    greedy identity with the baseline's outputs at this batch size (a baseline's own outputs become that reference);
+    ``baseline_tok_s_by_round``: the baseline's tok/s each round where the rounds ran in groups (its group's run)."""
     median = sorted(repeats, key=lambda r: r.tok_s)[len(repeats) // 2]
     requests, margins = median.requests, median.margins
     outputs = [r.output_ids for r in requests]
@@ -244,6 +288,7 @@ def cell_record(
         "tok_s": median.tok_s,
         "tok_s_repeats": sorted(r.tok_s for r in repeats),
         "tok_s_by_round": [r.tok_s for r in repeats],
+        **({"baseline_tok_s_by_round": baseline_tok_s_by_round} if baseline_tok_s_by_round is not None else {}),
         **request_timings(requests),
         **_stats(requests, target.items),
         "peak_rss_bytes": max((r.peak_rss_bytes for r in repeats if r.peak_rss_bytes is not None), default=None),

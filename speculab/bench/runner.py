@@ -61,12 +61,13 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
         # an auto row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
         tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
+        handed = getattr(tuner, "caches", {}) if tuned_now else {}  # the tune's prompt caches: its prompts are the run's first ones
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         loaded = target.loaded if target else reference() if cfg.contexts != (None,) else None
         prompts = PromptsByContext.build(cfg, items, loaded, _room(cfg, specs, options_of))
         warm_up = partial(in_process.warm_up, specs=specs, options_of=options_of, progress=progress)
         if target is not None:
-            target = _at_context(target, prompts, prompts.contexts[0], cfg, references, warm_up)
+            target = _at_context(target, prompts, prompts.contexts[0], cfg, references, warm_up, handed)
         sizing = in_process.sizing(cfg, target, state.previous_run, prompts)
         tuned = {"tuned_now_s": tuned_now} if tuned_now else {}
         results.append(run_record(cfg, state.run_id, target, bool(state.done), endpoints) | sizing | tuned | prompts.record())
@@ -76,7 +77,7 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
             for context in prompts.contexts:
                 run.context = context
                 if target is not None and context != prompts.contexts[0]:
-                    target = _at_context(target, prompts, context, cfg, references, warm_up)
+                    target = _at_context(target, prompts, context, cfg, references, warm_up, handed)
                 cells = _ContextCells(prompts, context, sizing.get("prompts_per_cell", {}).get(context_key(context), {}))
                 _measure_cells(run, target, specs, options_of, cells, endpoints, references)
                 _measure_launched(run, cells, reference, references, target)
@@ -101,11 +102,16 @@ def _room(cfg: BenchConfig, specs: list[MethodSpec], options_of: dict) -> int:
     return max([sequence_length(0, cfg.max_tokens, new_proposer(s, options_of[s.label])) for s in specs] + [cfg.max_tokens + 16])
 
 
-def _at_context(target, prompts: PromptsByContext, context, cfg: BenchConfig, references: References, warm_up) -> in_process.Target:
+def _at_context(
+    target, prompts: PromptsByContext, context, cfg: BenchConfig, references: References, warm_up, handed: dict
+) -> in_process.Target:
     """The target with ``context``'s prompts (the previous context's prompt cache released first: its bytes come back),
-    their prompt cache filled by ``warm_up`` and this run's baselines there (a resumed run's) as references."""
+    their prompt cache filled by ``warm_up`` (from the one a tune filled at this context, ``handed``: its prompts are
+    this context's first ones, their prefill not run twice) and this run's baselines there (a resumed run's) as
+    references."""
     target.cache = None
-    target = in_process.with_prompts(target, prompts.items[context], prompts.ids[context], cfg.prompt_cache)
+    handed_cache = handed.pop(context_key(context), None)
+    target = in_process.with_prompts(target, prompts.items[context], prompts.ids[context], cfg.prompt_cache, handed_cache)
     target.baseline_outputs, target.baseline_margins = references.at_context(context)
     warm_up(target, what=f" at {prompts.label(context)}" if len(prompts.contexts) > 1 else "")
     return target
@@ -183,7 +189,7 @@ def _measure_in_process(
             run.write(skipped_record(spec.label, spec.name, batch_size, fit))
     measured = [s for s in pending if s.label not in fit.skipped]
     prompts = target.first(num_prompts)
-    for cell in in_process.measure_in_rounds(prompts, measured, options_of, batch_size, run.cfg, run, fit.in_turns) if measured else []:
+    for cell in in_process.measure_in_rounds(prompts, measured, options_of, batch_size, run.cfg, run, fit) if measured else []:
         run.write(cell | fit.cell_fields(cell["label"]) | cells.fields(num_prompts) | {"transport": "in-process", "engine": "speculab"})
 
 

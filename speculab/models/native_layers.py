@@ -16,13 +16,13 @@ from torch import Tensor
 
 from speculab.models.linear import NativeLinear
 
-# Forwards of at most this many new tokens per row (decode steps, verifies of chains and small trees) use the
-# native attention, 1.2-2x faster there; longer ones (big trees, prefill chunks) ATen's flash attention, which
-# is faster from about 12 query rows per KV head on with the AVX2 kernel (benchmarks/forward_kernels.py native). The
-# AVX512 kernel, which reads keys and values once for all of a KV head's rows, is as fast as flash attention up
-# to q = 32 at least (BENCHMARKS.md, "Verify cost"), so there every verify tree up to 64 nodes keeps the bit-identity.
-ATTENTION_MAX_Q = 8
-ATTENTION_MAX_Q_AVX512 = 64
+# Forwards of at most this many new tokens per row (decode steps, verifies of chains and trees up to 64 nodes) use the
+# native attention, which reads each key and value once for all of a KV head's rows: so every such verify keeps the
+# bit-identity with one-token forwards. Longer ones (prefill chunks) take ATen's flash attention, as fast there. The
+# AVX512 kernel is as fast as flash attention up to q = 32 at least (BENCHMARKS.md, "Verify cost"); the AVX2 one, on an
+# EPYC Zen 1, 1.6x faster at q <= 8, 1.2-1.3x at 16-64 and level from 128 (BENCHMARKS.md, "Long contexts on the EPYC
+# Zen 1").
+ATTENTION_MAX_Q = 64
 
 
 class NativeLayers:
@@ -65,9 +65,7 @@ class NativeLayers:
 
     def native_attention_max_q(self) -> int:
         """The most new tokens per row that the native attention takes (more: ATen's flash attention)."""
-        if self.attention_max_q is not None:
-            return self.attention_max_q
-        return ATTENTION_MAX_Q_AVX512 if self.kernels.avx512_in_use() else ATTENTION_MAX_Q
+        return self.attention_max_q if self.attention_max_q is not None else ATTENTION_MAX_Q
 
     def __call__(self, x: Tensor, batch, cache, cos: Tensor, sin: Tensor, mask: Tensor, capture_layers: tuple[int, ...]):
         """x: [batch, q, hidden] → (x after the last layer, {layer: [batch, q, hidden] entering it})."""

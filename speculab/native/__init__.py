@@ -34,6 +34,7 @@ SOURCES = tuple(
         "bf16_linear_avx512.cpp",
         "bf16_linear_amx.cpp",
         "attention.cpp",
+        "attention_avx2.cpp",
         "attention_avx512.cpp",
         "attention_amx.cpp",
         "ops.cpp",
@@ -41,7 +42,7 @@ SOURCES = tuple(
         "suffix_tree.cpp",
     )
 )
-HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "ops.h", "layers.h", "vec_math.h", "suffix_tree.h"))
+HEADERS = tuple(HERE / f for f in ("bf16_linear.h", "attention.h", "attention_next.h", "ops.h", "layers.h", "vec_math.h", "suffix_tree.h"))
 NAME = "speculab_native"
 FLAGS = ("-O3", "-march=native", "-fopenmp")
 

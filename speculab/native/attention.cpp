@@ -2,11 +2,12 @@
 //
 // Why: ATen's CPU flash attention is built for long queries; for the 3-100 rows of a decode or verify step
 // it spends most of its time outside the arithmetic (about 0.4 ms a layer at 1,200 cached tokens here).
-// This kernel reads each key and value once per (row, head) block and is bound by that read.
 //
-// Each row is computed alone, over fixed 256-key chunks merged in order (a softmax per chunk, rescaled by
-// the chunks' maxima), so a row's result depends only on its query, its mask and the cache: not on the other
-// rows in the call, nor on the batch, nor on the thread count. Masked keys (-inf) are skipped.
+// The work is split into units (batch, KV head, fixed 256-key chunk), so that both cores share even one long
+// sequence (the split-KV of flash-decoding); each unit computes every query row's partial softmax over its chunk
+// (attention_avx512.cpp, attention_avx2.cpp, attention_amx.cpp), and the chunks are merged in order, rescaled by
+// their maxima. A row's result depends only on its query, its mask and the cache: not on the other rows in the
+// call, nor on the batch, nor on the thread count.
 #include "attention.h"
 
 #include <ATen/Parallel.h>
@@ -18,79 +19,11 @@
 #include <vector>
 
 #include "bf16_linear.h"
-#include "vec_math.h"
 
 namespace {
 
 constexpr int64_t kChunk = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// The eight lanes' sums of eight vectors, as one vector: lane i = ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) of
-// vector i, the same additions for every lane, so a key's score does not depend on its place in the group.
-inline __m256 sum8(const __m256* a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// One (batch, head, chunk): every row's partial softmax over keys [j0, j1), one row at a time.
-void chunk_partials(const AttentionChunk& c, AttentionPartial* partials, float* out, std::vector<float>& scores, const float* zeros) {
-  const float *q = c.q, *k = c.k, *v = c.v, *mask = c.mask;
-  const int64_t rows = c.rows, kv_stride = c.kv_stride, mask_row_stride = c.mask_row_stride, j0 = c.j0, j1 = c.j1, d = c.d;
-  const float scale = c.scale;
-  const int64_t n = j1 - j0, groups = (n + 7) / 8, vecs = d / 8;
-  scores.resize(groups * 8);
-  const __m256 scale_v = _mm256_set1_ps(scale);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* qr = q + r * d;
-    const float* mr = mask + r * mask_row_stride + j0;
-    // scores, eight keys at a time (a short last group reads zero keys, then masked)
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* key[8];
-      for (int i = 0; i < 8; ++i) key[i] = 8 * g + i < n ? k + (j0 + 8 * g + i) * kv_stride : zeros;
-      __m256 acc[8];
-      for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
-      for (int64_t x = 0; x < vecs; ++x) {
-        const __m256 qv = _mm256_loadu_ps(qr + 8 * x);
-        for (int i = 0; i < 8; ++i) acc[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(key[i] + 8 * x), acc[i]);
-      }
-      _mm256_storeu_ps(&scores[8 * g], _mm256_mul_ps(sum8(acc), scale_v));
-    }
-    float m = kNegInf;
-    for (int64_t j = 0; j < groups * 8; ++j) {
-      scores[j] = j < n ? scores[j] + mr[j] : kNegInf;
-      m = std::max(m, scores[j]);
-    }
-    float* o = out + r * d;
-    partials[r].max = m;
-    if (m == kNegInf) {  // every key of this chunk masked for this row
-      for (int64_t x = 0; x < d; ++x) o[x] = 0.f;
-      continue;
-    }
-    const __m256 mv = _mm256_set1_ps(m);
-    __m256 total = _mm256_setzero_ps();
-    for (int64_t j = 0; j < groups * 8; j += 8) {
-      const __m256 p = vec::exp8(_mm256_sub_ps(_mm256_loadu_ps(&scores[j]), mv));
-      _mm256_storeu_ps(&scores[j], p);
-      total = _mm256_add_ps(total, p);
-    }
-    partials[r].sum = vec::hsum(total);
-    __m256 acc[16];  // d <= 128
-    for (int64_t x = 0; x < vecs; ++x) acc[x] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      if (scores[j] == 0.f) continue;  // masked (or underflowed) keys add nothing
-      const __m256 p = _mm256_set1_ps(scores[j]);
-      const float* vj = v + (j0 + j) * kv_stride;
-      for (int64_t x = 0; x < vecs; ++x) acc[x] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * x), acc[x]);
-    }
-    for (int64_t x = 0; x < vecs; ++x) _mm256_storeu_ps(o + 8 * x, acc[x]);
-  }
-}
-
-}  // namespace
-
-namespace {
 
 // The work of one call: units t = (batch, head, chunk of keys), each row's partial softmax and output per unit.
 struct Units {
@@ -115,17 +48,16 @@ void fp32_units(Units& u, const torch::Tensor& query, const torch::Tensor& keys,
   };
   at::parallel_for(0, u.bsz * u.heads * u.chunks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> scores;
-    const std::vector<float> zeros(d, 0.f);
     for (int64_t t = t0; t < t1; ++t) {
       AttentionChunk chunk = chunk_at(t);
-      if (t + 1 < t1) {  // this thread's next unit, for the AVX512 kernel's prefetch
+      if (t + 1 < t1) {  // this thread's next unit, fetched during this one's arithmetic
         const AttentionChunk next = chunk_at(t + 1);
         chunk.next_k = next.k + next.j0 * next.kv_stride;
         chunk.next_v = next.v + next.j0 * next.kv_stride;
         chunk.next_n = next.j1 - next.j0;
       }
       if (!chunk_partials_avx512(chunk, &u.partials[t * rows], pp + t * rows * d, scores))
-        chunk_partials(chunk, &u.partials[t * rows], pp + t * rows * d, scores, zeros.data());
+        chunk_partials_avx2(chunk, &u.partials[t * rows], pp + t * rows * d, scores);
     }
   });
 }

@@ -30,6 +30,8 @@ struct AttentionChunk {
 // The AVX512 version (attention_avx512.cpp): out [rows, d] unnormalised, partials [rows]. Returns false,
 // computing nothing, when built without AVX512F or when d is not a multiple of 16 up to 128.
 bool chunk_partials_avx512(const AttentionChunk& chunk, AttentionPartial* partials, float* out, std::vector<float>& buffer);
+// The AVX2 + FMA version (attention_avx2.cpp), for d a multiple of 8 up to 128; the same outputs' meaning.
+void chunk_partials_avx2(const AttentionChunk& chunk, AttentionPartial* partials, float* out, std::vector<float>& buffer);
 
 // The AMX kernel's work on one (batch, KV head, chunk of keys) of a bf16 cache (attention_amx.cpp).
 struct AttentionChunkBf16 {

@@ -147,13 +147,16 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
     res2 = residual->reshape({m, n}).contiguous();
     rp = res2.data_ptr<float>();
   }
-  if (amx_layout) {
+  if (m == 0) {
+    // no rows: nothing to compute (the few-rows kernels below would read a row that is not there)
+  } else if (amx_layout) {
     bf16_linear_amx(xp, m, wp, k, panels, yp, n, rp);  // bf16_linear_amx.cpp
   } else if (bf16_linear_avx512(xp, m, wp, k, panels, yp, n, rp)) {
     // AVX512: bf16_linear_avx512.cpp, the same chains (false where the CPU has no AVX512F)
   } else if (m == 1) {
-    // One row: four panels at a time, so eight independent accumulator chains hide the FMA latency.
-    at::parallel_for(0, (panels + 3) / 4, 16, [&](int64_t b0, int64_t b1) {
+    // One row: four panels at a time, so eight independent accumulator chains hide the FMA latency. Two blocks a
+    // task at least: with more, the model's 576-column matrices (9 blocks) ran on one core of two.
+    at::parallel_for(0, (panels + 3) / 4, 2, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t p = 4 * b;
         if (p + 4 <= panels) {

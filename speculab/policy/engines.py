@@ -8,7 +8,9 @@ them, 0.32.0, and SGLang's ``server_args.py`` and ``speculative/adaptive_spec_pa
   (``num_speculative_tokens``), for a tree method too (its n nodes become a chain as long): ``chain_tokens``.
 - vLLM V1 takes ``num_speculative_tokens_per_batch_size`` in ``--speculative-config`` (from 0.24, vllm#32374):
   inclusive batch-size ranges ``[[first, last, k], ...]`` from 1, k >= 0 and at most ``num_speculative_tokens``, the
-  last k carried past the last range. It keys on nothing else (keying on sequence length is vllm#54801, open).
+  last k carried past the last range. It keys on nothing else: a budget keyed on context length (what
+  ``speculab tune --contexts`` writes) is beyond it, said as such, its short-context rules kept (vLLM's open request
+  to key speculation on sequence length is not merged).
 - SGLang adapts only EAGLE/EAGLE3 chains (topk 1): ``--speculative-adaptive`` with ``--speculative-adaptive-config``, a
   JSON file of ``{"smallest batch size": {"candidate_steps": [steps]}}`` (sglang#21599, #24055; first in the recorded
   parsers at 0.5.23); its other algorithms draft a fixed ``--speculative-num-steps``.

@@ -9,6 +9,8 @@ is below ``min_acceptance``.
 
 The budgets are rules, each holding from a batch size and a context length up: a load takes the last rule, in
 (batch size, context length) order, whose batch size and context length it reaches. Below every rule: no budget.
+A tuner writes its choices as a grid of (batch size, context length) points, each holding from there up
+(``by_load``: the fewest rules that do so), and says which contexts it measured (``tuned_contexts``).
 
 A policy is named in a method's spec as ``policy=``: a file (JSON, ``to_dict``), ``auto`` (what ``speculab tune``
 measured on this machine: ``store.py``), ``off``, or a named policy:
@@ -24,12 +26,12 @@ tuner writes the rules), how a proposer drafts under a budget (``speculative/pol
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 AUTO = "auto"  # policy=auto: what `speculab tune` chose for this machine, target and method
 OFF = "off"
-KEYS = ("draft_budget", "min_acceptance", "window", "probe_nodes")
+KEYS = ("draft_budget", "min_acceptance", "window", "probe_nodes", "tuned_contexts")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class SpeculationPolicy:
     min_acceptance: float = 0.0  # accepted / drafted nodes over a request's last `window` drafted steps
     window: int = 8
     probe_nodes: int = 1  # a request below min_acceptance keeps drafting this many, so it can recover
+    # the contexts `speculab tune` measured it at (bench/contexts.context_key: "workload", "4096", "max"); () the
+    # workload's own alone. It says where the rules come from, not what they do: policies that differ only in it are equal
+    tuned_contexts: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         keys = [(r.batch_size, r.context_len) for r in self.rules]
@@ -90,6 +95,32 @@ class SpeculationPolicy:
         return cls(tuple(rules), **floor)
 
     @classmethod
+    def by_load(cls, budgets: dict[tuple[int, int], int], **floor) -> SpeculationPolicy:
+        """The fewest rules that give every load the budget a rule at each of ``budgets``' (batch size, context
+        length) points would give it (a tuner's grid: each measured context's budgets from its threshold up). Batch
+        size by batch size, a rule is written from the first context length where the rules so far give another
+        budget, then wherever the budget changes: a load that reaches none of its batch size's rules takes the rules
+        of the smaller batch sizes, which already give it its budget. ``floor``: min_acceptance, window, probe_nodes,
+        tuned_contexts."""
+        full = cls(tuple(BudgetRule(b, c, n) for (b, c), n in sorted(budgets.items())))
+        lengths = sorted({c for _, c in budgets})
+        rules: list[BudgetRule] = []
+        for batch_size in sorted({b for b, _ in budgets}):
+            wanted = [full.draft_budget(Load(batch_size, c)) for c in lengths]
+            so_far = cls(tuple(rules))  # every rule so far is at a smaller batch size
+            had = [so_far.draft_budget(Load(batch_size, c)) for c in lengths]
+            start = next((i for i, (w, h) in enumerate(zip(wanted, had)) if w != h), None)
+            if start is None:
+                continue
+            # from `start` on every context length has a budget (a grid point below it reaches every longer one)
+            rules += [
+                BudgetRule(batch_size, lengths[i], wanted[i])
+                for i in range(start, len(lengths))
+                if i == start or wanted[i] != wanted[i - 1]
+            ]
+        return cls(tuple(rules), **floor)
+
+    @classmethod
     def shared(cls, nodes_per_step: int) -> SpeculationPolicy:
         """``shared:B``: ``B // batch size`` nodes a request, at least one. An EAGLE tree so budgeted narrows towards a
         short chain at batch sizes where a verify's extra tokens are no longer free (``EagleProposer.tree_shape``)."""
@@ -107,7 +138,13 @@ class SpeculationPolicy:
 
     def to_dict(self) -> dict:
         rules = [{"batch_size": r.batch_size, "draft_nodes": r.draft_nodes} | _context(r) for r in self.rules]
-        return {"draft_budget": rules, "min_acceptance": self.min_acceptance, "window": self.window, "probe_nodes": self.probe_nodes}
+        tuned = {"tuned_contexts": list(self.tuned_contexts)} if self.tuned_contexts else {}
+        return {
+            "draft_budget": rules,
+            "min_acceptance": self.min_acceptance,
+            "window": self.window,
+            "probe_nodes": self.probe_nodes,
+        } | tuned
 
     @classmethod
     def from_dict(cls, raw: dict) -> SpeculationPolicy:
@@ -123,7 +160,7 @@ class SpeculationPolicy:
         floor = {
             key: _number(raw, key, kind) for key, kind in (("min_acceptance", float), ("window", int), ("probe_nodes", int)) if key in raw
         }
-        return cls(rules, **floor)
+        return cls(rules, **floor, tuned_contexts=_contexts(raw.get("tuned_contexts", [])))
 
     @classmethod
     def from_file(cls, path: str | Path) -> SpeculationPolicy:
@@ -185,6 +222,12 @@ def _rule(raw) -> BudgetRule:
         return BudgetRule(int(raw["batch_size"]), int(raw.get("context_len", 0)), int(raw["draft_nodes"]))
     except (TypeError, ValueError):
         raise ValueError(f"draft_budget: batch_size, context_len and draft_nodes must be integers, got {raw!r}") from None
+
+
+def _contexts(raw) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+        raise ValueError('tuned_contexts must be a list of contexts such as ["workload", "4096"]')
+    return tuple(raw)
 
 
 def _number(raw: dict, key: str, kind: type) -> float | int:

@@ -1,5 +1,5 @@
-"""``speculab tune``: choose a method's speculation policy (its draft budget per batch size) from measurements, check
-it, keep it.
+"""``speculab tune``: choose a method's speculation policy (its draft budget per batch size, and per context length
+with ``--contexts``) from measurements, check it, keep it.
 
 ``--engine speculab`` (the default) measures speculab's own engine and keeps the policy where ``--policy auto`` finds
 it; ``--engine vllm`` measures the real vLLM that will serve (``on_vllm.py``) and writes its policy and vLLM's
@@ -21,7 +21,9 @@ def add_tune_parser(sub) -> None:
     from speculab.runtime import add_model_flags
     from speculab.tune.run import BATCH_SIZES, CHECK_STEPS
 
-    t = sub.add_parser("tune", help="measure a method on this machine and choose its draft budget per batch size (--policy auto)")
+    t = sub.add_parser(
+        "tune", help="measure a method on this machine and choose its draft budget per batch size (and context: --contexts) (--policy auto)"
+    )
     t.add_argument("--method", default="eagle", help="a speculative method as `speculab bench` names it (default: eagle)")
     t.add_argument(
         "--engine",
@@ -31,6 +33,16 @@ def add_tune_parser(sub) -> None:
         "then the chosen policy relaunched and checked (the environment `make vllm` makes)",
     )
     t.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    t.add_argument(
+        "--contexts",
+        nargs="+",
+        default=None,
+        metavar="CONTEXT",
+        help="speculab: prompt lengths to measure at, as `speculab bench --contexts` takes them (workload 4k 8000 max; a "
+        "context's own batch sizes after @, e.g. 4k@1,16), each request after whole repository files of its language; "
+        "one policy keyed on batch size and context length, each context's budgets from the midpoint between its "
+        "median prompt length and the next shorter one's (default: the workload's own, about 1.2k tokens)",
+    )
     t.add_argument(
         "--num-prompts",
         type=int,
@@ -63,6 +75,15 @@ def check_args(args: argparse.Namespace) -> None:
     """Bad values and flags that do not apply to the engine are refused, naming the flag."""
     if min(args.batch_sizes) < 1 or (args.num_prompts or 1) < 1 or (args.max_tokens or 8) < 8 or args.check_steps < 0 or args.repeats < 1:
         raise ValueError("--batch-sizes, --num-prompts and --repeats must be >= 1, --max-tokens >= 8 and --check-steps >= 0")
+    if args.contexts and args.engine != "speculab":
+        raise ValueError(
+            "--contexts applies to --engine speculab: a launched vLLM holds the workload's own prompts, and it keys "
+            "speculation on batch size only"
+        )
+    if args.contexts:
+        from speculab.tune.contexts import parse_contexts
+
+        parse_contexts(args.contexts)  # a bad value is refused now, naming --contexts, before any model loads
     if args.engine == "speculab":
         for flag, value in (
             ("--draft", args.draft),
@@ -96,9 +117,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def tune_speculab(args: argparse.Namespace) -> dict:
     """The in-process tune: its policy stored where ``--policy auto`` finds it; its record."""
+    from speculab.tune.contexts import parse_contexts
     from speculab.tune.run import MAX_TOKENS, NUM_PROMPTS, tune
 
     args.num_prompts, args.max_tokens = args.num_prompts or NUM_PROMPTS, args.max_tokens or MAX_TOKENS
+    args.contexts = parse_contexts(args.contexts)
     return tune(args)
 
 

@@ -8,7 +8,7 @@ measured, and say why). Does not know: the cost arithmetic (``cost_model.py``) o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tqdm import tqdm
 
@@ -28,7 +28,7 @@ TIMED_BLOCKS = 3  # per budget and batch size, at least: each block's first step
 @dataclass
 class Tuning:
     """What every run shares: the target, the method (without a policy: the tuner sets the budgets) and its options,
-    the prompts (token ids and domains)."""
+    the prompts of one context (token ids and domains)."""
 
     loaded: object
     spec: MethodSpec
@@ -38,6 +38,11 @@ class Tuning:
     max_tokens: int
     progress: bool = True
     skipped: dict[int, str] = field(default_factory=dict)  # batch size -> why memory could not hold its engine
+    at: str = ""  # the prompts' context, named in the progress bars (" at 4096 (4071 tokens)"; "": the only one)
+
+    def with_prompts(self, prompts: list[list[int]], domains: list[str], at: str = "") -> Tuning:
+        """The same target and method with another context's prompts (and nothing skipped yet)."""
+        return replace(self, prompts=prompts, domains=domains, skipped={}, at=at)
 
     def proposer(self, policy: SpeculationPolicy | None = None) -> TimedProposer:
         return TimedProposer(new_proposer(self.spec, self.options), policy)
@@ -69,7 +74,7 @@ def warm_prompt_cache(t: Tuning) -> PromptCache:
     """Every prompt's prefill, the target's and the drafter's, once (a sweep then times decoding, not prefill)."""
     lm, cache = t.loaded, PromptCache()
     engine = Engine(lm.model, 1, max(map(len, t.prompts)) + t.max_tokens + 64, lm.tokenizer.stop_ids, t.proposer(), cache)
-    for ids in tqdm(t.prompts, desc="prefill (prompt cache)", unit="prompt", disable=not t.progress):
+    for ids in tqdm(t.prompts, desc=f"prefill (prompt cache){t.at}", unit="prompt", disable=not t.progress):
         engine.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True))
     return cache
 
@@ -77,7 +82,7 @@ def warm_prompt_cache(t: Tuning) -> PromptCache:
 def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], budgets: list[int]) -> list[Step]:
     """Clean steps at every batch size, each budget in turn for ``BLOCK`` steps."""
     steps: list[Step] = []
-    for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}: budgets {budgets}", unit="batch size", disable=not t.progress):
+    for b in tqdm(batch_sizes, desc=f"sweep {t.spec.name}{t.at}: budgets {budgets}", unit="batch size", disable=not t.progress):
         if not t.fits(b):
             continue
         run = t.run(b, len(budgets) * BLOCK * (TIMED_BLOCKS + 1))
@@ -88,7 +93,7 @@ def sweep(t: Tuning, cache: PromptCache, batch_sizes: list[int], budgets: list[i
 def check(t: Tuning, cache: PromptCache, batch_sizes: list[int], policy: SpeculationPolicy, steps_wanted: int) -> dict[int, dict]:
     """Each batch size run under ``policy`` as it will run: measured tok/s (clean steps' tokens over their time)."""
     measured = {}
-    for b in tqdm(batch_sizes, desc="check the policy", unit="batch size", disable=not t.progress):
+    for b in tqdm(batch_sizes, desc=f"check the policy{t.at}", unit="batch size", disable=not t.progress):
         if b in t.skipped:
             continue
         steps = run_steps(t.loaded.model, t.loaded.tokenizer.stop_ids, t.proposer(policy), t.run(b, steps_wanted), cache, lambda i: None)

@@ -1,40 +1,44 @@
-"""``speculab tune``'s table: predicted tok/s per batch size and draft budget, the choice, its check, the engines'
-settings."""
+"""``speculab tune``'s tables: predicted tok/s per batch size and draft budget, the choice, its check, a table per
+context the tune measured; the policy and the engines' settings."""
 
 from __future__ import annotations
 
 import sys
 
+from speculab.tune.contexts import context_parts
+
 
 def print_report(record: dict, out=None) -> None:
     out = out or sys.stdout  # looked up now: a test's captured stdout, not the one at import
-    cells, budgets = record["cost_model"]["cells"], record["budgets"]
-    tau = record["cost_model"]["acceptance"]["tau"]
     print(
         f"{record['method']} on {record['testbed']['cpu']} ({record['dtype']}, KV cache {record['kv_dtype']}, {record['linear_kernels']})",
         file=out,
     )
-    print("tokens a step (tau) by draft budget: " + ", ".join(f"{c}: {tau[str(c)]:.2f}" for c in budgets if str(c) in tau), file=out)
-    print(
-        f"{'batch':>5s}  " + "  ".join(f"{'budget ' + str(c):>14s}" for c in budgets) + f"  {'chosen':>6s}  {'checked':>9s}  {'error':>6s}",
-        file=out,
-    )
-    for b in record["batch_sizes"]:
-        row = {c["budget"]: c for c in cells if c["batch_size"] == b}
-        shown = [f"{row[c]['predicted_tok_s']:7.1f} ({row[c]['step_ms']:4.0f}ms)" if c in row else f"{'-':>14s}" for c in budgets]
-        chosen = record["chosen"].get(str(b), "-")
-        check = record["check"].get(str(b))
-        checked = (
-            f"{check['tok_s']:9.1f}  {100 * check['error']:+5.1f}%" if check and check["error"] is not None else f"{'-':>9s}  {'-':>6s}"
-        )
-        print(f"{b:5d}  " + "  ".join(shown) + f"  {chosen:>6}  {checked}", file=out)
+    parts = context_parts(record)
+    for key, part in parts.items():
+        if "contexts" in record:
+            print(
+                f"context {key}: prompts of {part['context_tokens']} tokens (median), its rules from {part['from_context_len']} "
+                "tokens of context",
+                file=out,
+            )
+        _print_table(part, record["budgets"], out)
     print("chosen: the smallest draft budget within one standard error of the best prediction (in the costs file)", file=out)
-    rules = ", ".join(f"from batch {r['batch_size']}: {r['draft_nodes']}" for r in record["policy"]["draft_budget"])
+    rules = ", ".join(
+        f"from batch {r['batch_size']}"
+        + (f" and {r['context_len']} tokens of context" if r.get("context_len") else "")
+        + f": {r['draft_nodes']}"
+        for r in record["policy"]["draft_budget"]
+    )
     print(f"policy: {rules} (draft nodes a request; 0 = plain decoding)", file=out)
-    for b, why in (record.get("skipped_batch_sizes") or {}).items():
-        print(f"batch {b} not measured: {why}; the policy's rule below it holds there", file=out)
-    if record.get("corrected"):
-        print(f"the check measured the policy below plain decoding at batch sizes {record['corrected']}: plain decoding there", file=out)
+    for key, part in parts.items():
+        at = f" at {key}" if "contexts" in record else ""
+        for b, why in (part.get("skipped_batch_sizes") or {}).items():
+            print(f"batch {b}{at} not measured: {why}; the policy's rule below it holds there", file=out)
+        if part.get("corrected"):
+            print(
+                f"the check measured the policy below plain decoding{at} at batch sizes {part['corrected']}: plain decoding there", file=out
+            )
     for engine, said in record["engines"].items():
         print(f"{engine} {said['version']} ({said['basis']}): {said['settings']}", file=out)
         for name, text in said["files"].items():
@@ -42,6 +46,25 @@ def print_report(record: dict, out=None) -> None:
         for note in said["notes"]:
             print(f"  note: {note}", file=out)
     print(f"written: {record['policy_file']} (--policy auto reads it) and {record['costs_file']}", file=out)
+
+
+def _print_table(part: dict, budgets: list[int], out) -> None:
+    """One context's tau by budget, and its table: a row per batch size."""
+    cells, tau = part["cost_model"]["cells"], part["cost_model"]["acceptance"]["tau"]
+    print("tokens a step (tau) by draft budget: " + ", ".join(f"{c}: {tau[str(c)]:.2f}" for c in budgets if str(c) in tau), file=out)
+    print(
+        f"{'batch':>5s}  " + "  ".join(f"{'budget ' + str(c):>14s}" for c in budgets) + f"  {'chosen':>6s}  {'checked':>9s}  {'error':>6s}",
+        file=out,
+    )
+    for b in part["batch_sizes"]:
+        row = {c["budget"]: c for c in cells if c["batch_size"] == b}
+        shown = [f"{row[c]['predicted_tok_s']:7.1f} ({row[c]['step_ms']:4.0f}ms)" if c in row else f"{'-':>14s}" for c in budgets]
+        chosen = part["chosen"].get(str(b), "-")
+        check = part["check"].get(str(b))
+        checked = (
+            f"{check['tok_s']:9.1f}  {100 * check['error']:+5.1f}%" if check and check["error"] is not None else f"{'-':>9s}  {'-':>6s}"
+        )
+        print(f"{b:5d}  " + "  ".join(shown) + f"  {chosen:>6}  {checked}", file=out)
 
 
 def print_engine_report(record: dict, out=None) -> None:

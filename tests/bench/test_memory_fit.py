@@ -1,9 +1,12 @@
-"""Rounds that do not fit in memory adapt instead of being killed: every engine in turns, else each alone, else the
-prompt cache released, else a cell skipped and reported with its bytes."""
+"""Rounds that do not fit in memory adapt instead of being killed: every engine in turns, else in groups beside the
+baseline, else each alone, else the prompt cache released, else a cell skipped and reported with its bytes."""
+
+import pytest
 
 from speculab import free_memory
 from speculab.bench.memory_fit import fit_rounds
 from speculab.bench.report import load_results
+from speculab.bench.report.speedups import speedup
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.cli import main
 from speculab.engine import engine_bytes, sequence_length
@@ -60,3 +63,56 @@ def test_a_run_whose_rounds_outgrow_memory_runs_them_alone_and_reports_a_skipped
     assert (skipped["label"], skipped["batch_size"]) == (specs_label, 4) and skipped["engine_bytes"] == at4[specs_label]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Memory: cells not run, rounds run alone" in report and "its engine needs" in report
+
+
+def test_groups_beside_the_baseline_where_not_all_fit_together():
+    engines = {"baseline": 2 * GIB, "draft": 3 * GIB, "eagle": 2 * GIB, "ngram": 2 * GIB, "suffix": 1 * GIB}
+    fit = fit_rounds(engines, 9 * GIB, 0, "baseline")  # 8.1 usable: all ten do not fit; 6.1 beside the baseline
+    # first fit in the specs' order: ngram does not fit beside draft and eagle, suffix does
+    assert fit.groups == (("baseline", "draft", "eagle", "suffix"), ("baseline", "ngram"))
+    assert not fit.in_turns and not fit.release_cache and not fit.skipped
+    assert all(sum(engines[label] for label in g) <= usable_bytes(9 * GIB) for g in fit.groups)
+    memory = fit.cell_fields("ngram")["memory"]
+    assert memory["rounds"] == "in groups with the baseline (memory): baseline+draft+eagle+suffix, baseline+ngram"
+    assert memory["groups"] == [["baseline", "draft", "eagle", "suffix"], ["baseline", "ngram"]]
+    assert fit_rounds(engines, 20 * GIB, 0, "baseline").in_turns  # all fit: no groups
+    assert fit_rounds(engines, 9 * GIB, 0).groups == ()  # no baseline among them: each alone, as before
+    too_big = fit_rounds(engines | {"draft": 7 * GIB}, 9 * GIB, 0, "baseline")  # fits alone (7 of 8.1), not beside the baseline
+    assert (too_big.groups, too_big.in_turns, too_big.skipped) == ((), False, {})
+    assert too_big.cell_fields("draft")["memory"]["rounds"] == "alone, one after another (memory)"
+
+
+def test_a_run_whose_engines_fit_only_beside_the_baseline_runs_its_rounds_in_groups(setup, tmp_path, monkeypatch):  # noqa: F811
+    root, target, draft, workload = setup
+    specs = ["baseline", "ngram:num_speculative_tokens=3,prompt_lookup_min=1,prompt_lookup_max=3", f"draft:draft={draft}"]
+    at2 = needed_bytes(setup, specs, 2, 8, 4)
+    base, ngram, drafted = list(at2)
+    # free: the baseline beside either method, not all three
+    free = at2[base] + max(at2[ngram], at2[drafted]) + 1
+    available = int(free / 0.9) + 1
+    assert free <= usable_bytes(available) < sum(at2.values())
+    monkeypatch.setattr(free_memory, "available_bytes", lambda device="cpu": available)
+    argv = ["bench", "--model", str(target), "--dtype", "float32", "--workload", str(workload), "--methods", *specs]
+    argv += ["--batch-sizes", "2", "--num-prompts", "4", "--max-tokens", "8", "--no-prompt-cache", "--out", str(tmp_path / "run")]
+    assert main([*argv, "--no-progress"]) == 0
+    results = load_results(tmp_path / "run" / "results.jsonl")
+    cells = {label: results.cells[(label, 2)] for label in at2}
+    for c in cells.values():
+        assert c["memory"]["rounds"] == f"in groups with the baseline (memory): {base}+{ngram}, {base}+{drafted}"
+        assert c["turn_s"] == 0.25 and c["repeats"] == 3 and len(c["tok_s_by_round"]) == 3
+        assert c["greedy_identical"] is True  # lossless, fp32; the baseline cell's outputs stay the reference
+    rounds = cells[base]["tok_s_by_round"]
+    assert "baseline_tok_s_by_round" not in cells[base]
+    # the first group's baseline run is the baseline cell's own; round 1 ran alone, every method beside the same run
+    assert cells[ngram]["baseline_tok_s_by_round"] == rounds
+    paired = cells[drafted]["baseline_tok_s_by_round"]
+    assert len(paired) == 3 and paired[0] == rounds[0] and paired[1:] != rounds[1:]  # its own group's baseline runs
+    for label in (ngram, drafted):
+        ratios = sorted(m / b for m, b in zip(cells[label]["tok_s_by_round"], cells[label]["baseline_tok_s_by_round"]))
+        found = results.measured_speedup(label, 2)
+        assert found.value == pytest.approx(ratios[1]) and found.in_groups and found.rounds == 3
+    assert speedup(cells[drafted] | {"baseline_tok_s_by_round": None}, cells[base]).value == pytest.approx(
+        sorted(m / b for m, b in zip(cells[drafted]["tok_s_by_round"], rounds))[1]
+    )
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Memory: cells not run, rounds run alone or in groups" in report and "the later rounds ran in groups" in report

@@ -41,3 +41,20 @@ def test_a_script_imports_and_every_subcommand_answers_help(path, capsys):
             parser.parse_args(argv)
         assert done.value.code == 0, (path.name, argv)
     assert "usage" in capsys.readouterr().out
+
+
+def test_a_filled_cache_holds_the_context_in_every_slot_and_forwards_time_after_it():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import common
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    from tests.helpers import tiny_model
+
+    model = tiny_model()
+    cache = common.filled_cache(model, 3, 40, 64)
+    assert cache.lengths == [40, 40, 40]
+    assert cache.kv[:, 0, :, :40].abs().sum() > 0
+    assert all(cache.kv[:, s].equal(cache.kv[:, 0]) for s in (1, 2))
+    runs = common.measure_runs(model, 2, [1, 3], repeats=2, context=40)
+    assert sorted(runs) == [1, 3] and all(len(t) == 2 and min(t) > 0 for t in runs.values())

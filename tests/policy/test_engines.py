@@ -1,5 +1,14 @@
 """A policy in vLLM's and SGLang's settings: the one translation, and what each engine cannot express."""
 
+import json
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from speculab.launch import vllm
+from speculab.launch.command import LaunchRequest, UnsupportedLaunch
+from speculab.methods import parse_method
 from speculab.policy.engines import chain_tokens, per_batch_size, sglang_budget, vllm_budget
 from speculab.policy.table import BudgetRule, SpeculationPolicy
 
@@ -31,3 +40,23 @@ def test_sglang_adapts_where_it_can_and_says_where_it_cannot():
     assert fixed.adaptive is None and fixed.steps == 3 and "NGRAM" in fixed.cannot[0]
     constant = sglang_budget(SpeculationPolicy.by_batch_size({1: 2}), nodes=4, cannot_adapt="never")
     assert constant.steps == 2 and constant.adaptive is None and not constant.cannot
+
+
+def test_a_policy_tuned_at_two_contexts_is_said_to_be_beyond_vllm_and_sglang(tmp_path):
+    """What ``speculab tune --contexts`` writes (``by_load``): vLLM and SGLang key speculation on batch size only, so
+    the budgets keyed on context length are named as what they cannot express, and the short-context rules are kept;
+    a launch that asked for the policy itself is refused."""
+    grid = {(1, 0): 3, (4, 0): 1, (16, 0): 0, (1, 2648): 3, (4, 2648): 3, (16, 2648): 2}
+    policy = SpeculationPolicy.by_load(grid, tuned_contexts=("workload", "4096"))
+    assert policy.keys_on_context
+    said = vllm_budget(policy, chain=3)
+    assert said.config == {"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 15, 1], [16, 16, 0]]}
+    assert any("keyed on context length" in c and "vLLM keys speculation on batch size only" in c for c in said.cannot)
+    assert any("keyed on context length" in c for c in sglang_budget(policy, nodes=3, cannot_adapt=None).cannot)
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy.to_dict()))
+    spec = parse_method(f"ngram:num_speculative_tokens=3,policy={path}")
+    with pytest.raises(UnsupportedLaunch, match="cannot express a budget keyed on context length"):
+        vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0")))
+    lenient = vllm.vllm_command(LaunchRequest("vllm", spec, Path("/t"), None, Version("0.32.0"), strict_policy=False))
+    assert any("keyed on context length" in n and "left out" in n for n in lenient.notes)

@@ -93,3 +93,63 @@ def test_a_policy_value_is_read_in_any_case_and_none_is_off():
     assert [policy_value(v) for v in ("off", "OFF", "none", "", "Auto", "shared:4")] == [None, None, None, None, "auto", "shared:4"]
     with pytest.raises(ValueError, match="window must be a number"):
         SpeculationPolicy.from_dict({"window": None})
+
+
+# -- a tuner's grid of (batch size, context length) points: by_load ----------------------------------------------------
+def _full(grid: dict) -> SpeculationPolicy:
+    """A rule at every point of the grid: the lookup by_load must keep, with fewer rules."""
+    return SpeculationPolicy(tuple(BudgetRule(b, c, n) for (b, c), n in sorted(grid.items())))
+
+
+def _probes(grid: dict) -> list[Load]:
+    """Every corner of the grid, a step past it each way, and far beyond."""
+    sizes = sorted({b for b, _ in grid} | {1, 10_000})
+    lengths = sorted({c for _, c in grid} | {0, 1_000_000})
+    return [Load(b + d, max(0, c + e)) for b in sizes for c in lengths for d in (0, 1) for e in (-1, 0, 1)]
+
+
+def test_by_load_keeps_every_grid_corners_budget_with_the_fewest_rules():
+    """Two contexts, the longer from 2600 tokens: a rule where the rules so far give another budget, no other."""
+    grid = {(1, 0): 3, (1, 2600): 3, (4, 0): 2, (4, 2600): 3, (8, 0): 2, (8, 2600): 1}
+    policy = SpeculationPolicy.by_load(grid)
+    assert policy.rules == (BudgetRule(1, 0, 3), BudgetRule(4, 0, 2), BudgetRule(4, 2600, 3), BudgetRule(8, 2600, 1))
+    assert {point: policy.draft_budget(Load(*point)) for point in grid} == grid
+    assert [policy.draft_budget(load) for load in _probes(grid)] == [_full(grid).draft_budget(load) for load in _probes(grid)]
+    # between and beyond the corners: the nearest corner below each way
+    assert policy.draft_budget(Load(6, 5000)) == 3 and policy.draft_budget(Load(100, 2599)) == 2 and policy.draft_budget(Load(9, 9999)) == 1
+
+
+def test_by_load_on_one_context_is_by_batch_size():
+    table = {1: 3, 2: 3, 4: 1, 8: 1, 16: 0}
+    assert SpeculationPolicy.by_load({(b, 0): n for b, n in table.items()}) == SpeculationPolicy.by_batch_size(table)
+    assert SpeculationPolicy.by_load({(b, 0): n for b, n in table.items()}).to_dict() == SpeculationPolicy.by_batch_size(table).to_dict()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_by_load_reproduces_random_grids_at_every_corner_and_beyond(seed):
+    """Whole grids (each corner's budget is its own) and grids with holes and no rule at context 0 (the lookup of a rule
+    at each point, kept)."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = sorted(rng.sample([1, 2, 3, 4, 6, 8, 12, 16, 32], rng.randint(1, 6)))
+    lengths = sorted(rng.sample([0, 700, 1500, 2600, 4000, 7000], rng.randint(1, 4)))
+    grid = {(b, c): rng.randint(0, 3) for b in sizes for c in lengths}
+    if seed % 2:
+        grid = {point: n for point, n in grid.items() if rng.random() < 0.7} or {(sizes[0], lengths[0]): 1}
+    policy = SpeculationPolicy.by_load(grid)
+    assert [policy.draft_budget(load) for load in _probes(grid)] == [_full(grid).draft_budget(load) for load in _probes(grid)]
+    if len(grid) == len(sizes) * len(lengths) and lengths[0] == 0:
+        assert all(policy.draft_budget(Load(b, c)) == n for (b, c), n in grid.items())
+    assert len(policy.rules) <= len(grid)
+
+
+def test_the_contexts_a_policy_was_tuned_at_are_kept_in_its_file_and_change_nothing_it_does():
+    policy = SpeculationPolicy.by_load({(1, 0): 3, (1, 2600): 1}, tuned_contexts=("workload", "4096"))
+    written = policy.to_dict()
+    assert written["tuned_contexts"] == ["workload", "4096"]
+    read = SpeculationPolicy.from_dict(json.loads(json.dumps(written)))
+    assert read.tuned_contexts == ("workload", "4096") and read == SpeculationPolicy.by_load({(1, 0): 3, (1, 2600): 1})
+    assert "tuned_contexts" not in SpeculationPolicy.by_batch_size({1: 2}).to_dict()  # the file as it was
+    with pytest.raises(ValueError, match="tuned_contexts must be a list"):
+        SpeculationPolicy.from_dict({"tuned_contexts": "4096"})

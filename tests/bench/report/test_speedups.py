@@ -97,3 +97,40 @@ def test_the_speedup_plot_subtitle_follows_the_timing(tmp_path):
     separate = speedup_figure(load_results(write_results(tmp_path / "s.jsonl", once))).axes[0].get_title()
     assert "round" in paired and "separate cells" in separate and "round" not in separate
     assert set(build_report(tmp_path / "r.jsonl", tmp_path / "out")) >= {"plot_speedup"}
+
+
+def test_a_cell_run_in_groups_pairs_its_rounds_with_its_own_groups_baseline():
+    base = {"tok_s": 10.0, "tok_s_by_round": [10.0, 20.0, 10.0]}
+    grouped = {"tok_s": 15.0, "tok_s_by_round": [15.0, 20.0, 30.0], "turn_s": 0.25, "baseline_tok_s_by_round": [30.0, 40.0, 10.0]}
+    assert speedup(grouped, base) == Speedup(0.5, 0.5, 3.0, 3, 0.25, True)  # ratios 0.5, 0.5, 3.0
+    old = {k: v for k, v in grouped.items() if k != "baseline_tok_s_by_round"}  # a record written before groups
+    assert speedup(old, base) == Speedup(1.5, 1.0, 3.0, 3, 0.25, False)  # ratios 1.5, 1.0, 3.0, as ever
+    short = grouped | {"baseline_tok_s_by_round": [30.0, 40.0]}  # rounds that do not pair: the ratio of medians
+    assert speedup(short, base) == Speedup(1.5, None, None, 0)
+    assert speedup(grouped, None) is None
+    said = timing([speedup(grouped, base), speedup(old, base)])
+    assert said.in_groups == 1 and "for 1 of them" in said.text and "`cell.baseline_tok_s_by_round`" in said.text
+    assert "baseline_tok_s_by_round" not in timing([speedup(old, base)]).text
+
+
+def test_the_report_of_rounds_in_groups_pairs_each_method_with_its_groups_baseline(tmp_path):
+    groups = [[BASE, EAGLE], [BASE, DRAFT]]
+    text = f"in groups with the baseline (memory): {BASE}+{EAGLE}, {BASE}+{DRAFT}"
+    memory = {"engine_bytes": 2**30, "available_bytes": 2**31, "rounds": text, "groups": groups}
+    records = [run_record(timing="rounds")]
+    for b in BATCHES:
+        records.append(cell(BASE, b, 12.0, tok_s_by_round=[10.0, 40.0, 12.0], memory=memory, turn_s=0.25))
+        # the first group's baseline runs are the baseline cell's own: 0.8, 1.5, 2.5
+        records.append(cell(EAGLE, b, 30.0, tok_s_by_round=[8.0, 60.0, 30.0], baseline_tok_s_by_round=[10.0, 40.0, 12.0], memory=memory))
+        # the second group's: 2.0, 1.5, 1.0 (over the baseline cell's rounds it would be 2.0, 0.75, 3.33: median 2.0)
+        records.append(cell(DRAFT, b, 30.0, tok_s_by_round=[20.0, 30.0, 40.0], baseline_tok_s_by_round=[10.0, 20.0, 40.0], memory=memory))
+    path = write_results(tmp_path / "results.jsonl", records)
+    results = load_results(path)
+    assert results.measured_speedup(EAGLE, 4) == Speedup(1.5, 0.8, 2.5, 3, None, True)
+    assert results.measured_speedup(DRAFT, 4) == Speedup(1.5, 1.0, 2.0, 3, None, True)
+    blocks = report_blocks(path)
+    speed = rows(tables(section(blocks, "Speed vs concurrency"))[0])
+    assert speed["4"]["eagle"] == "30.0 (1.50× [0.80–2.50])" and speed["4"]["draft"] == "30.0 (1.50× [1.00–2.00])"
+    (said,) = paragraphs(section(blocks, "Memory: cells not run, rounds run alone or in groups"))  # one grouping, every batch
+    assert said.startswith("At batch 1, 2, 4, 8, 16 the methods' engines did not fit in memory together but each fit beside")
+    assert ": baseline+eagle, baseline+draft (`cell.memory.rounds`)" in said and "`cell.baseline_tok_s_by_round`" in said
