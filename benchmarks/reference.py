@@ -185,6 +185,8 @@ def timing_text(results: Results, columns: dict[str, str]) -> str:
     if how.paired and not how.separate:
         rounds = "–".join(str(r) for r in sorted({how.rounds[0], how.rounds[-1]}))
         turns = f"; the later rounds in turns of {how.turn_s:g} s" if how.turn_s else ""
+        if how.in_groups:
+            turns += f" ({how.in_groups} of them in groups beside the baseline, for memory, each paired with its group's)"
         return f"**Speedups:** median of {rounds} per-round ratios to the baseline of the same round [lowest–highest]{turns}."
     if how.separate and not how.paired:
         each = f" of {repeats} repeats" if repeats else ""
