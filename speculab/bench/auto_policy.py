@@ -67,11 +67,9 @@ def untuned(specs: list[MethodSpec], loaded: LoadedModel, contexts: tuple = (Non
 
 
 def tune_untuned(specs: list[MethodSpec], loaded: LoadedModel, workload: str | None, progress: bool, tuner) -> dict[str, float]:
-    """Tune each method ``untuned`` finds with ``tuner`` (a ``RunTuner``, or ``tune.run.tune_with_defaults`` alone: the
-    workload's own context; as ``speculab tune`` would, on the run's workload); the seconds each took. Without a tuner
-    nothing is tuned: the method's ``policy=auto`` is then refused, saying the command to run."""
-    if tuner is not None and not isinstance(tuner, RunTuner):
-        tuner = RunTuner(tuner)
+    """Tune each method ``untuned`` finds with ``tuner`` (a ``RunTuner``: as ``speculab tune`` would, on the run's
+    workload, at its contexts); the seconds each took. Without a tuner nothing is tuned: the method's ``policy=auto`` is
+    then refused, saying the command to run."""
     took = {}
     for spec in untuned(specs, loaded, tuner.contexts) if tuner is not None else []:
         started = time.perf_counter()

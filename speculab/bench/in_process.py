@@ -203,7 +203,7 @@ def measure_in_rounds(
     first group (its ``tok_s_by_round``, and its median repeat's outputs, greedy identity's reference as ever). Its
     runs in the other groups are timed only as their methods' ``baseline_tok_s_by_round``."""
     groups = turn_groups(specs, fit)
-    base = next((s.label for s in specs if s.name == "baseline"), None)
+    base = baseline_label(specs)
     repeats: dict[str, list[Repeat]] = {s.label: [] for s in specs}
     paired: dict[str, list[float]] = {s.label: [] for s in specs if s.label != base}  # method -> its round's baseline tok/s
     for round_index in range(cfg.repeats):
@@ -231,6 +231,11 @@ def measure_in_rounds(
     ]
 
 
+def baseline_label(specs: list[MethodSpec]) -> str | None:
+    """The baseline's label among ``specs`` (None: no baseline is measured here)."""
+    return next((s.label for s in specs if s.name == "baseline"), None)
+
+
 def turn_groups(specs: list[MethodSpec], fit: RoundsFit | None) -> list[list[MethodSpec]]:
     """The engines that take turns together in a later round, group by group: all of ``specs`` (no fit, or all fit
     at once); the fit's groups, of those in ``specs``; none where each runs alone."""
@@ -249,7 +254,7 @@ def rounds_fit(target: Target, specs: list[MethodSpec], options_of: dict[str, di
         proposer = new_proposer(spec, options_of[spec.label])
         needed[spec.label] = engine_bytes(lm.model, batch_size, sequence_length(longest, cfg.max_tokens, proposer), proposer)
     cached = target.cache.nbytes if target.cache is not None else 0
-    base = next((s.label for s in specs if s.name == "baseline"), None)
+    base = baseline_label(specs)
     return fit_rounds(needed, free_memory.available_bytes(lm.model.norm.weight.device), cached, base)
 
 

@@ -43,7 +43,7 @@ from speculab.testbed import model_record, testbed
 
 
 def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool = True, tuner=None) -> Path:
-    """The run (``tuner``: what tunes an auto row with no policy here, ``auto_policy.tune_untuned``); its results file."""
+    """The run (``tuner``: an ``auto_policy.RunTuner``, what tunes an auto row with no policy here); its results file."""
     out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl")
     with results.hold():  # a second `speculab bench` on this --out is refused while this one runs
@@ -61,7 +61,7 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         specs = sorted(cfg.in_process, key=lambda s: s.name != "baseline")  # the baseline first: it is the reference
         # an auto row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
         tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
-        handed = getattr(tuner, "caches", {}) if tuned_now else {}  # the tune's prompt caches: its prompts are the run's first ones
+        handed = tuner.caches if tuned_now else {}  # the tune's prompt caches: its prompts are the run's first ones
         options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
         loaded = target.loaded if target else reference() if cfg.contexts != (None,) else None
         prompts = PromptsByContext.build(cfg, items, loaded, _room(cfg, specs, options_of))

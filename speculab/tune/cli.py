@@ -68,7 +68,7 @@ def add_tune_parser(sub) -> None:
     t.add_argument("--resume", action="store_true", help="vllm: continue the tune in --out, skipping the cells it measured")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     add_model_flags(t)
-    t.set_defaults(func=cmd_tune)
+    t.set_defaults(func=cmd_tune, keep_caches=None)  # prompt caches kept only for a bench run (tune_with_defaults)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -118,12 +118,12 @@ def tune(args: argparse.Namespace) -> dict:
     proposer = t.proposer()
     budgets = list(range(proposer.max_draft_tokens + 1))
     parts, tables = {}, {}
+    kept = args.keep_caches  # a bench run's, or None: `speculab tune` drops each context's prompt cache
     for context in contexts:
         # each context's prompt cache is dropped before the next one's is filled (its bytes come back), unless the
         # caller keeps them (keep_caches: a bench run, which prefills the same prompts next)
         at = f" at {context.label()}" if len(contexts) > 1 else ""
         at_context = t.with_prompts(context.prompts, context.domains, at)
-        kept = getattr(args, "keep_caches", None)
         parts[context.key], tables[context.key] = measure_context(
             at_context, context, budgets, args.check_steps, proposer.prefix_chains, kept
         )
