@@ -54,9 +54,9 @@ test-fast: setup
 vllm: setup
 	$(BIN)/python -m speculab.launch.environments vllm
 
-# llama.cpp as its users build it: llama-cpp-python from source with the machine's compiler (-march=native;
-# -fno-tree-dse -fno-dse under GCC 12, llama.cpp #20824), in its own venv under ~/.cache/speculab/envs, and
-# llama-server (its speculative decoding) built the same way from the llama.cpp tree that the binding vendors.
+# llama.cpp as its users build it, with the machine's compiler (-march=native; -fno-tree-dse -fno-dse under GCC 12,
+# llama.cpp #20824), in its own venv under ~/.cache/speculab/envs: compiled once from the llama.cpp tree that
+# llama-cpp-python vendors, llama-server (its speculative decoding) and the libraries the binding loads.
 llamacpp: setup
 	$(BIN)/python -m speculab.launch.environments llamacpp
 
@@ -116,3 +116,4 @@ assets-draft: setup
 workload: setup
 	$(BIN)/python -m speculab.corpora.build_workload --check
 	$(BIN)/python -m speculab.corpora.context_files --check
+	$(BIN)/python -m speculab.corpora.sessions --check

@@ -56,6 +56,7 @@ class Method:
     sglang_missing: str = ""  # why SGLang cannot run it, where it cannot
     llama_cpp: str | None = None  # llama-server's --spec-type for the same speculation (speculab compare llama.cpp)
     recipe: str | None = None  # "module:Class" of its training recipe (speculab train NAME)
+    remembers: str | None = None  # the params key: how many earlier requests' outputs it drafts from
 
     def options(self, params: dict, loaded) -> dict:
         """The proposer's constructor options for ``params`` (the policy left out), drafters loaded."""
@@ -118,6 +119,7 @@ METHODS: dict[str, Method] = {
             POLICY: None,
         },
         chain="num_speculative_tokens",
+        remembers="max_cached_requests",
         vllm=OnVllm(
             method="suffix",
             settings={

@@ -60,7 +60,8 @@ def add_bench_parsers(sub, tuner=None) -> None:
     b.add_argument(
         "--workload",
         default=None,
-        help="JSONL with id/domain/task/messages or a plain prompt (default: the shipped workload, 100 coding prompts and 24 agentic conversations)",
+        help="JSONL with id/domain/task/messages, a plain prompt or an agent's session (one item a turn); `sessions`: the "
+        "shipped multi-turn agent sessions (default: the shipped workload, 100 coding prompts and 24 agentic conversations)",
     )
     b.add_argument("--out", type=Path, default=Path("runs/bench"), help="output folder (results.jsonl, report.md, report.html, plots)")
     b.add_argument(
@@ -176,18 +177,13 @@ def config_from_args(args: argparse.Namespace, resumed=None):
     endpoints = _endpoints(args) if args.endpoint or args.baseline_endpoint or resumed is None else resumed.endpoints
     engines = tuple(dict.fromkeys(given(args.engines, "engines", ("speculab",))))
     if contexts is None:  # the profile's, as this run can measure them
-        over_http = bool(endpoints) or set(engines) != {"speculab"}
-        contexts = profile_contexts(profile["contexts"], args.model, chosen["max_tokens"], over_http)
+        # an endpoint's limit is its own; a launched engine is given the room the profile's contexts need
+        contexts = profile_contexts(profile["contexts"], args.model, chosen["max_tokens"], bool(endpoints))
     methods = _methods(args, resumed, endpoints)
     if args.tp is not None and (args.tp < 1 or args.tp > 1 and set(given(args.engines, "engines", ("speculab",))) <= {"speculab"}):
         raise ValueError("--tp: the tensor parallel ranks of a launched engine (--engine vllm), at least 1")
     if not methods and not endpoints:
         raise ValueError("nothing to measure: give --methods or --endpoint")
-    if contexts != (None,) and set(engines) != {"speculab"}:
-        raise ValueError(
-            "--contexts beyond the workload's own run in-process and against an --endpoint: a launched engine (--engine "
-            "vllm, sglang) is launched with room for the workload's own prompts only (launch.prepare.CPU_CONTEXT)"
-        )
     return BenchConfig(
         methods=methods,
         batch_sizes=batch_sizes,

@@ -20,12 +20,11 @@ import sys
 from dataclasses import dataclass, replace
 
 from speculab.bench.workload import WorkloadItem
-from speculab.corpora.context_files import ContextFile, load_context_files
+from speculab.corpora.context_files import PREAMBLE, ContextFile, load_context_files
 
 AS_IS = "workload"  # the --contexts value (and a record's context key) of the prompts as they are
 MAX = "max"
 FENCES = {"python": "python", "typescript": "typescript", "sql": "sql"}
-PREAMBLE = "Files from the repository I am working in:\n\n"
 ROOM = 64  # positions a profile's context leaves for drafting beyond the output (a tree's nodes, a chain's tokens)
 
 
@@ -187,11 +186,11 @@ class PromptsByContext:
         return f"{context_key(context)} ({self.median_of(context)} tokens)"
 
 
-def profile_contexts(contexts: tuple, model: str | None, max_tokens: int, over_http: bool) -> tuple:
-    """A profile's contexts for this run: the workload's own alone where the run measures servers (an endpoint's
-    or a launched engine's limit is its own), and without a context the target's positions cannot hold (a model
-    with fewer positions runs the others; stderr says so)."""
-    if over_http:
+def profile_contexts(contexts: tuple, model: str | None, max_tokens: int, endpoints: bool) -> tuple:
+    """A profile's contexts for this run: the workload's own alone where the run measures ``endpoints`` (a server's
+    limit is its own), and without a context the target's positions cannot hold (a model with fewer positions runs
+    the others; stderr says so)."""
+    if endpoints:
         return (None,)
     from speculab.models.config import ModelConfig
     from speculab.models.embedded import resolve_model_path

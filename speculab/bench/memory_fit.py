@@ -101,13 +101,18 @@ def beside_baseline(engine_bytes: dict[str, int], usable: int, baseline: str) ->
 
 
 def skipped_record(label: str, method: str, batch_size: int, fit: RoundsFit) -> dict:
-    """The record of a cell not measured: its reason and bytes, for the report (never left out in silence)."""
+    """The record of an in-process cell not measured (never left out in silence)."""
+    return skipped_cell(label, method, batch_size, fit.skipped[label], fit.engine_bytes[label], fit.available_bytes)
+
+
+def skipped_cell(label: str, method: str, batch_size: int, reason: str, engine_bytes: int, available_bytes: int) -> dict:
+    """The record of a cell the machine's memory could not hold: its reason and bytes, for the report."""
     return {
         "kind": SKIPPED,
         "method": method,
         "label": label,
         "batch_size": batch_size,
-        "reason": fit.skipped[label],
-        "engine_bytes": fit.engine_bytes[label],
-        "available_bytes": fit.available_bytes,
+        "reason": reason,
+        "engine_bytes": engine_bytes,
+        "available_bytes": available_bytes,
     }

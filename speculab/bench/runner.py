@@ -26,6 +26,7 @@ from speculab.bench.acceptance_pass import run_acceptance_pass
 from speculab.bench.auto_policy import tune_untuned
 from speculab.bench.contexts import PromptsByContext, context_key
 from speculab.bench.memory_fit import skipped_record
+from speculab.bench.method_memory import memory_estimate
 from speculab.bench.over_http.endpoint import measure_endpoint_cell, probe_all
 from speculab.bench.over_http.launched_engines import ReferenceModel, check_commands, engine_label, measure_engine
 from speculab.bench.results_store import References, ResultsFile
@@ -33,11 +34,9 @@ from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.engine import sequence_length
 from speculab.free_memory import gib
-from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options, spec_draft_vocab_size
-from speculab.models.config import ModelConfig
-from speculab.models.eagle_head import read_head_config
+from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
 from speculab.models.linear import linear_kind
-from speculab.models.memory import estimate, machine_memory_bytes
+from speculab.models.memory import machine_memory_bytes
 from speculab.prompt_cache import PromptCache
 from speculab.testbed import model_record, testbed
 
@@ -171,7 +170,9 @@ def _measure_launched(run: RunContext, cells: _ContextCells, reference: Referenc
     ours = {b: [reference().tokenizer.decode(ids) for ids in outs] for b, outs in target.baseline_outputs.items()} if target else {}
     for engine in run.cfg.launched:
         known = references.engine_texts(engine, cells.context)
-        measure_engine(engine, run, cells.items, reference, ours, baseline_texts=known)
+        sizes = cells.prompts.batch_sizes[cells.context]
+        fields = cells.fields(len(cells.items))
+        measure_engine(engine, run, cells.items, reference, ours, batch_sizes=sizes, baseline_texts=known, cell_fields=fields)
 
 
 def _measure_in_process(
@@ -230,21 +231,3 @@ def run_record(cfg: BenchConfig, run_id: str, target: in_process.Target | None, 
         "memory": memory,
         "endpoints": {info.label: asdict(info) | {"url": ep.root} for ep, info in endpoints.items()},
     }
-
-
-def memory_estimate(spec: MethodSpec, target: ModelConfig, dtype_bytes: int, device_bytes: int, kv_bytes: int | None = None) -> dict:
-    """``memory.estimate`` for a method: its drafter's kind (its entry's ``memory_kind``), config and reduced vocabulary;
-    ``kv_bytes`` per cached value (None: ``dtype_bytes``)."""
-    kind, path = spec.method.memory_kind, drafter_path(spec)
-    drafter_cfg, options = None, {}
-    if kind == "draft":
-        drafter_cfg = ModelConfig.from_file(path / "config.json")
-    elif kind in ("eagle", "eagle3"):
-        raw, drafter_cfg, _ = read_head_config(path)
-        options = {"draft_vocab_size": raw["draft_vocab_size"]} if kind == "eagle3" and "draft_vocab_size" in raw else {}
-    size = spec_draft_vocab_size(spec)
-    if kind == "eagle3" and size is not None:  # the head's own rows, cut as it loads (at most that many)
-        options = {"draft_vocab_size": min(size, options.get("draft_vocab_size", size))}
-    elif size is not None:
-        options = {"draft_vocab_size": size}  # the proposer's own copy of that many lm_head rows
-    return estimate(target, kind, drafter_cfg, dtype_bytes, device_bytes, kv_dtype_bytes=kv_bytes, **options)

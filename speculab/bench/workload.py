@@ -1,7 +1,10 @@
 """Benchmark workloads: the shipped 100 coding prompts, or any user JSONL.
 
 Knows: the record schema (``id``, ``domain``, ``task`` and ``messages``; or a
-plain ``prompt`` string, which becomes one user message), validation with
+plain ``prompt`` string, which becomes one user message; or a ``session``: an
+agent's conversation ending with a request, which becomes one item per turn, each
+the conversation up to that turn's request, id ``ID/turn-N``), the shipped
+sessions by name (``sessions``: ``corpora/sessions.py`` makes them), validation with
 errors that name the file and line, and how a record becomes target token ids
 (through the target's chat template). Does not know: how prompts are run.
 """
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parent / "workload_files" / "workload.jsonl"
+NAMED = {"sessions": SHIPPED.with_name("sessions.jsonl")}  # --workload NAME: a shipped workload besides the default
 DOMAINS = ("python", "typescript", "sql", "agentic")
 ROLES = ("system", "user", "assistant")
 
@@ -31,6 +35,22 @@ class WorkloadItem:
 
     def message_dicts(self) -> list[dict[str, str]]:
         return [{"role": r, "content": c} for r, c in self.messages]
+
+
+def _items(record: object, where: str) -> list[WorkloadItem]:
+    """A record's items: one, or a session's turns."""
+    if not isinstance(record, dict) or "session" not in record:
+        return [_item(record, where)]
+    messages = record["session"]
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages] if isinstance(messages, list) else []
+    turns = [n for n, role in enumerate(roles) if role == "user"]
+    if not turns or roles[-1] != "user" or any(a == b for a, b in zip(roles, roles[1:])):
+        raise WorkloadError(f"{where}: 'session' must be a list of messages, user and assistant in turn, ending with a user request")
+    base = {k: v for k, v in record.items() if k != "session"}
+    return [
+        _item(base | {"messages": messages[: n + 1], "id": f"{record.get('id', where.rsplit(':', 1)[-1])}/turn-{k}"}, where)
+        for k, n in enumerate(turns, 1)
+    ]
 
 
 def _item(record: object, where: str) -> WorkloadItem:
@@ -61,6 +81,8 @@ def _item(record: object, where: str) -> WorkloadItem:
 
 def load_workload(path: str | Path | None = None) -> list[WorkloadItem]:
     path = Path(path) if path else SHIPPED
+    if not path.is_file() and str(path) in NAMED:  # a file of that name comes first
+        path = NAMED[str(path)]
     if not path.is_file():
         raise WorkloadError(f"{path}: no such workload file")
     items, seen = [], set()
@@ -74,11 +96,11 @@ def load_workload(path: str | Path | None = None) -> list[WorkloadItem]:
             raise WorkloadError(f"{where}: not valid JSON ({e.msg})") from None
         if isinstance(record, dict) and "id" not in record:
             record = {**record, "id": f"line-{number}"}
-        item = _item(record, where)
-        if item.id in seen:
-            raise WorkloadError(f"{where}: duplicate id {item.id!r}")
-        seen.add(item.id)
-        items.append(item)
+        for item in _items(record, where):
+            if item.id in seen:
+                raise WorkloadError(f"{where}: duplicate id {item.id!r}")
+            seen.add(item.id)
+            items.append(item)
     if not items:
         raise WorkloadError(f"{path}: the workload is empty")
     return items

@@ -38,10 +38,15 @@ _FUNCTION = {
 
 def identifier(code: str, language: str) -> str | None:
     """The most used identifier of four characters or more that is not a keyword (the first seen on a tie)."""
+    return next(iter(ranked_identifiers(code, language)), None)
+
+
+def ranked_identifiers(code: str, language: str) -> list[str]:
+    """Identifiers of four characters or more that are not keywords and are used three times or more: the most used
+    first, the first seen first on a tie."""
     reserved = set(keyword.kwlist) | {"self", "None", "True", "False"} if language == "python" else TS_WORDS
     counts = Counter(w for w in _WORD.findall(_strip_strings(code)) if w not in reserved)
-    best = max(counts.values(), default=0)
-    return next((w for w in counts if counts[w] == best), None) if best >= 3 else None
+    return [w for w, n in sorted(counts.items(), key=lambda item: -item[1]) if n >= 3]
 
 
 def _strip_strings(code: str) -> str:

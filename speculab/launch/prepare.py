@@ -5,7 +5,7 @@ Knows: the engine registry (vLLM, SGLang); that a launch here runs vLLM from its
 for ``--print`` alone describes another machine (the engine's own console script, no CPU
 settings); the drafter each method needs (the spec's, exported into the run folder in the
 engine's layout); and the settings of a CPU run (the dtype the CPU computes natively unless one is
-given, eager mode, 2,048 tokens of context).
+given, eager mode, 2,048 tokens of context and 1 GiB of KV cache unless the caller gives more).
 
 Does not know: flags (``vllm.py``, ``sglang.py``) or processes (``server.py``).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from speculab.launch import sglang, vllm
-from speculab.launch.command import LaunchCommand, LaunchRequest, UnsupportedLaunch
+from speculab.launch.command import DEFAULT_ROOM, LaunchCommand, LaunchRequest, ServingRoom, UnsupportedLaunch
 from speculab.launch.environments import installed_distribution, vllm_env_dir, vllm_python, vllm_server_module
 from speculab.launch.export import export_drafter
 from speculab.methods import MethodSpec, drafter_path, spec_draft_vocab_size
@@ -105,9 +105,11 @@ def prepare(
     python: str | None = None,
     print_only: bool = False,
     dtype: str | None = None,
+    room: ServingRoom = DEFAULT_ROOM,
 ) -> LaunchCommand:
     """The command for ``spec`` on ``engine``; exports the drafter into ``run_dir``, and writes the files the command
-    reads there, so the command runs as printed."""
+    reads there, so the command runs as printed. ``room``: its positions and KV cache (a CPU build's defaults: 2,048
+    positions, 1 GiB)."""
 
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -116,6 +118,8 @@ def prepare(
     wanted = parse_version(version) if version else None
     py, dist, installed = locate(engine, python, wanted, print_only)
     cpu = dist is not None and dist == e.cpu_build
+    if room.kv_cache_gib is not None and not cpu:
+        raise ValueError(f"--kv-cache-gib: only vLLM's CPU build takes its KV cache in GiB; {engine} here sizes its own")
     request = LaunchRequest(
         engine=engine,
         spec=spec,
@@ -128,7 +132,8 @@ def prepare(
         program=(str(py), *e.modules(py)) if py else None,
         cpu=cpu,
         dtype=dtype or (hardware_dtype("cpu") if cpu else None),
-        max_model_len=CPU_CONTEXT if cpu else None,
+        max_model_len=room.max_model_len or (CPU_CONTEXT if cpu else None),
+        kv_cache_gib=room.kv_cache_gib,
         run_dir=Path(run_dir),
     )
     command = e.command(_with_drafter(request, run_dir))

@@ -141,7 +141,7 @@ def sglang_command(req: LaunchRequest) -> LaunchCommand:
     if req.dtype:
         flags.append(Flag("--dtype", req.dtype, "the dtype of speculab's own cells: like with like"))
     if req.max_model_len:
-        flags.append(Flag("--context-length", str(req.max_model_len), "the workload's prompt + output fit"))
+        flags.append(Flag("--context-length", str(req.max_model_len), "the run's longest prompt + output + drafting fit"))
     speculative, notes, files = ([], [], ()) if req.spec.method.proposer.name == "baseline" else _speculative_flags(req)
     omitted = [Flag("--speculative-draft", None, "never an SGLang flag: only an argparse prefix, ambiguous in newer versions")]
     notes += _notes(req)

@@ -28,6 +28,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from speculab.launch.command import (
+    DEFAULT_KV_CACHE_GIB,
     Flag,
     LaunchCommand,
     LaunchRequest,
@@ -130,7 +131,7 @@ def vllm_command(req: LaunchRequest) -> LaunchCommand:
     if req.dtype:
         flags.append(Flag("--dtype", req.dtype, "the dtype of speculab's own cells on this machine: like with like"))
     if req.max_model_len:
-        flags.append(Flag("--max-model-len", str(req.max_model_len), "the workload's prompt + output fit; a smaller KV cache"))
+        flags.append(Flag("--max-model-len", str(req.max_model_len), "the run's longest prompt + output + drafting fit"))
     if req.cpu:
         flags.append(Flag("--enforce-eager", None, "no torch.compile: compiling costs minutes on a small CPU box"))
     old = req.version < SPECULATIVE_CONFIG_FROM
@@ -207,16 +208,20 @@ def omp_binding(tp: int, cpus: list[int] | None = None) -> str:
     return "|".join(",".join(map(str, cpus[r * share : (r + 1) * share])) for r in range(tp))
 
 
+def _kv_space(req: LaunchRequest) -> tuple[str, str]:
+    """``VLLM_CPU_KVCACHE_SPACE`` and why."""
+    if req.kv_cache_gib is None:
+        why = "GiB of KV cache: 1 GiB holds 23k tokens of SmolLM2-135M in fp32, and the box keeps memory for three vLLM processes"
+        return str(DEFAULT_KV_CACHE_GIB), why
+    return str(req.kv_cache_gib), "GiB of KV cache: the largest batch of the longest requests fits, and the machine has it free"
+
+
 def _cpu_env(req: LaunchRequest) -> list[Flag]:
     if not req.cpu:
         return []
     env = [
         Flag("HF_HUB_OFFLINE", "1", "the target is a local folder: nothing is fetched from a model hub"),
-        Flag(
-            "VLLM_CPU_KVCACHE_SPACE",
-            "1",
-            "GiB of KV cache: 1 GiB holds 23k tokens of SmolLM2-135M, and the box keeps memory for three vLLM processes",
-        ),
+        Flag("VLLM_CPU_KVCACHE_SPACE", *_kv_space(req)),
         Flag("VLLM_CPU_OMP_THREADS_BIND", omp_binding(req.tp), OMP_BINDING_WHY),
     ]
     if req.program:

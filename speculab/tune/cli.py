@@ -77,8 +77,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError("--batch-sizes, --num-prompts and --repeats must be >= 1, --max-tokens >= 8 and --check-steps >= 0")
     if args.contexts and args.engine != "speculab":
         raise ValueError(
-            "--contexts applies to --engine speculab: a launched vLLM holds the workload's own prompts, and it keys "
-            "speculation on batch size only"
+            "--contexts applies to --engine speculab: vLLM keys speculation on batch size only, so a policy by context "
+            "cannot be launched there (`speculab bench --engine vllm --contexts` measures vLLM at a context)"
         )
     if args.contexts:
         from speculab.tune.contexts import parse_contexts

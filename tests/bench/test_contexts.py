@@ -138,15 +138,10 @@ def test_a_context_beyond_the_models_positions_is_refused_before_any_cell(setup,
     assert not (out / "results.jsonl").exists() or not records(out, "cell")
 
 
-def test_a_launched_engine_at_a_long_context_is_refused_with_the_reason(setup, tmp_path, capsys):
-    assert main(bench_args(setup, tmp_path / "run", "--contexts", "4k", "--engine", "speculab", "vllm")) == 2
-    assert "launched engine" in capsys.readouterr().err
-
-
 def test_the_profiles_long_context_is_left_out_where_the_target_cannot_hold_it_or_servers_are_measured(tmp_path, capsys):
     short = save_tiny_checkpoint(tmp_path / "short")  # 512 positions
     long = save_tiny_checkpoint(tmp_path / "long", max_position_embeddings=8192)
-    assert profile_contexts((None, 4096), str(long), 32, over_http=False) == (None, 4096)
-    assert profile_contexts((None, 4096), str(long), 32, over_http=True) == (None,)  # a server's limit is its own
-    assert profile_contexts((None, 4096), str(short), 32, over_http=False) == (None,)
+    assert profile_contexts((None, 4096), str(long), 32, endpoints=False) == (None, 4096)
+    assert profile_contexts((None, 4096), str(long), 32, endpoints=True) == (None,)  # a server's limit is its own
+    assert profile_contexts((None, 4096), str(short), 32, endpoints=False) == (None,)
     assert "4096-token context is left out: the target holds 512 positions" in capsys.readouterr().err

@@ -100,3 +100,23 @@ def test_interleaving_covers_every_domain():
     picked = interleave_domains(load_workload(), 16)
     assert len(picked) == 16
     assert Counter(i.domain for i in picked) == {"python": 4, "typescript": 4, "sql": 4, "agentic": 4}
+
+
+def test_a_session_is_one_item_a_turn_each_the_conversation_up_to_its_request(tmp_path):
+    path = tmp_path / "s.jsonl"
+    turns = [{"role": "user", "content": "files, then a"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "b"}]
+    path.write_text(json.dumps({"id": "s1", "domain": "agentic", "task": "session", "language": "python", "session": turns}) + "\n")
+    first, second = load_workload(path)
+    assert (first.id, second.id) == ("s1/turn-1", "s1/turn-2") and second.language == "python"
+    assert first.message_dicts() == turns[:1] and second.message_dicts() == turns
+    for bad in ([], turns[:2], [turns[0], turns[0]], "text"):
+        path.write_text(json.dumps({"id": "s2", "session": bad}) + "\n")
+        with pytest.raises(WorkloadError, match=r"s.jsonl:1: 'session' must be"):
+            load_workload(path)
+
+
+def test_the_shipped_sessions_load_by_name():
+    items = load_workload("sessions")
+    sessions = Counter(i.id.split("/")[0] for i in items)
+    assert len(sessions) == 8 and all(n >= 2 for n in sessions.values())
+    assert {i.language for i in items} == {"python", "typescript"} and {i.task for i in items} == {"session"}

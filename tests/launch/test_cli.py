@@ -38,6 +38,8 @@ def test_refusals_are_clear(capsys, tmp_path):
         (["launch", "vllm", "--method", "ngram", "--draft", str(tmp_path), "--print"], "does not apply"),
         (["launch", "vllm", "--target", str(tmp_path), "--print"], "no config.json"),
         (["export", "--for", "vllm", str(tmp_path), str(tmp_path / "out")], "no config.json"),
+        (["launch", "vllm", "--max-model-len", "0", "--print"], "--max-model-len 0: give a positive number"),
+        (["launch", "vllm", "--kv-cache-gib", "4", "--engine-version", "0.8.5", "--print"], "only vLLM's CPU build"),
     ]
     for argv, message in cases:
         assert main(argv + ["--out", str(tmp_path / "run")] if argv[0] == "launch" else argv) == 2, argv
@@ -105,3 +107,18 @@ def test_a_tp_the_heads_cannot_share_is_refused_before_a_launch(capsys):
     assert "9 attention heads and 3 KV heads" in err and "--tp 1 or 3 or 9" in err and "padded_heads" in err
     assert main(["launch", "vllm", "--method", "baseline", "--tp", "3", "--print"]) == 0
     assert "--tensor-parallel-size 3" in capsys.readouterr().out
+
+
+def test_an_agents_context_gets_its_positions(capsys, tmp_path):
+    assert main(["launch", "vllm", "--max-model-len", "8192", "--engine-version", "0.8.5", "--print", "--out", str(tmp_path)]) == 0
+    argv = last_json(capsys)["argv"]
+    assert argv[argv.index("--max-model-len") + 1] == "8192"
+
+
+def test_bench_refuses_a_launched_suffix_that_would_draft_its_own_earlier_answers(capsys, tmp_path):
+    """A server keeps earlier requests' outputs across a run's passes, which resend the same prompts: suffix decoding
+    there would draft the answers it gave before. With no outputs kept it runs."""
+    argv = ["bench", "--engine", "speculab", "vllm", "--methods", "baseline", "suffix", "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == 2
+    assert "give suffix:max_cached_requests=0" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "results.jsonl").exists() or "cell" not in (tmp_path / "run" / "results.jsonl").read_text()

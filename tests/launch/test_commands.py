@@ -192,3 +192,11 @@ def test_vllm_cpu_threads_are_pinned_to_each_ranks_share_of_the_cores():
     assert vllm.omp_binding(2, [0, 1]) == "0|1"
     assert vllm.omp_binding(2, [4, 5, 6, 7]) == "4,5|6,7"
     assert vllm.omp_binding(4, [0, 1]) == "nobind"  # fewer cores than ranks: vLLM's threads left where they fall
+
+
+def test_vllm_cpus_kv_cache_is_the_one_asked_else_a_gibibyte():
+    def space(**extra) -> str:
+        command = vllm.vllm_command(request("vllm", "baseline", "0.10.0", cpu=True, **extra))
+        return next(f.value for f in command.env if f.name == "VLLM_CPU_KVCACHE_SPACE")
+
+    assert space() == "1" and space(kv_cache_gib=3, max_model_len=4352) == "3"

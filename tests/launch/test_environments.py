@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from speculab.launch.environments import llama_server, unpack_vendored_tree
+from speculab.launch.environments import link_libraries, llama_server, unpack_vendored_tree
 
 
 def sdist(path, files: dict[str, str]):
@@ -45,3 +45,20 @@ def test_a_missing_server_names_the_make_target(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECULAB_LLAMACPP_ENV", str(tmp_path / "env"))
     with pytest.raises(FileNotFoundError, match="make llamacpp"):
         llama_server(create=False)
+
+
+def test_the_bindings_libraries_are_links_to_the_one_build(tmp_path):
+    """The binding installed without a build of its own loads llama.cpp's libraries from its ``llama_cpp/lib``: links to
+    the build llama-server comes from, so one library opened by path and by another's dependency is one object."""
+    built = tmp_path / "llama-server-build" / "bin"
+    built.mkdir(parents=True)
+    for name in ("libllama.so", "libggml.so.0", "libmtmd.so", "llama-server"):
+        (built / name).write_text(name)
+    package = tmp_path / "lib" / "python3.11" / "site-packages" / "llama_cpp"
+    package.mkdir(parents=True)
+    (package / "lib").mkdir()
+    (package / "lib" / "libllama.so").write_text("stale")  # a library left from an earlier install is replaced
+    linked = link_libraries(tmp_path)
+    assert sorted(p.name for p in linked) == ["libggml.so.0", "libllama.so", "libmtmd.so"]
+    assert all(p.is_symlink() and p.resolve() == (built / p.name).resolve() for p in linked)
+    assert (package / "lib" / "libllama.so").read_text() == "libllama.so"

@@ -149,6 +149,10 @@ def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
             "4",
             "--max-tokens",
             "16",
+            "--contexts",
+            "2200",  # beyond the 2,048 positions vLLM-CPU is launched with by default: the room follows the prompts
+            "--repeats",
+            "1",  # what is checked is each cell's output and acceptance, not the spread of its speed
             "--engine-port",
             str(free_port()),
             "--out",
@@ -163,6 +167,9 @@ def test_bench_on_vllm_beside_speculab(vllm_env, tmp_path, capsys):
     assert set(theirs) == {(m, b) for m in ("baseline", "ngram", "draft", "eagle") for b in (1, 4)}
     for (method, batch), cell in theirs.items():
         assert cell["completed"] == 4 and cell["failed"] == 0 and cell["tok_s"] > 0
+        assert cell["context"] == 2200 == ours[(method, batch)]["context"]
+        argv = cell["launch"]["argv"]
+        assert int(argv[argv.index("--max-model-len") + 1]) >= cell["context_tokens"] + 16 > 2048
         assert cell["engine_version"] == installed_distribution(vllm_env, "vllm-cpu")[1]
         if method == "baseline":  # vLLM's plain decoding against speculab's, same prompts, fp32
             assert cell["agreement_with_speculab"] is not None

@@ -25,7 +25,9 @@ KV_SPACE = 1 << 30  # VLLM_CPU_KVCACHE_SPACE=1 (GiB, on each rank), as `speculab
 
 def bench(out, model, tp: int, engines: list[str], methods: list[str]) -> dict:
     argv = ["bench", "--engine", *engines, "--methods", *methods, "--model", str(model), "--tp", str(tp), "--batch-sizes", "1", "4"]
-    argv += ["--num-prompts", "4", "--max-tokens", "16", "--engine-port", str(free_port()), "--out", str(out), "--no-progress"]
+    argv += ["--contexts", "workload"]  # the workload's own prompts: ranks are checked here, not contexts
+    argv += ["--num-prompts", "4", "--max-tokens", "16", "--repeats", "1", "--engine-port", str(free_port()), "--out", str(out)]
+    argv += ["--no-progress"]  # one pass a cell: outputs and KV capacity are checked here, not speed
     assert main(argv) == 0
     cells = [r for r in read_records(out / "results.jsonl") if r.get("kind") == "cell"]
     return {(c["engine"], c["method"], c["batch_size"]): c for c in cells}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from speculab.bench.runner import memory_estimate
+from speculab.bench.method_memory import memory_estimate
 from speculab.cli import main
 from speculab.methods import DEFAULT_DRAFT, DEFAULT_EAGLE, parse_method
 from speculab.models.config import CONFIGS

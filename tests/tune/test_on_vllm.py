@@ -40,7 +40,7 @@ def test_candidates_are_plain_decoding_then_each_chain_vllm_runs():
 def test_tune_on_vllm_chooses_checks_and_resumes(tmp_path, capsys):
     require_peer_env(vllm_env_dir(), "vllm")
     out = tmp_path / "tune"
-    command = "tune --engine vllm --method ngram:num_speculative_tokens=1 --batch-sizes 1 2 --num-prompts 4 --max-tokens 16".split()
+    command = "tune --engine vllm --method ngram:num_speculative_tokens=1 --batch-sizes 1 2 --num-prompts 4 --max-tokens 8".split()
     command += ["--repeats", "3", "--engine-port", str(free_port()), "--out", str(out), "--quiet"]
     assert main(command) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -102,7 +102,7 @@ def test_the_check_takes_turns_with_plain_decoding_and_the_chosen_k(tmp_path):
     args = argparse.Namespace(
         batch_sizes=[1],
         num_prompts=4,
-        max_tokens=16,
+        max_tokens=8,  # the fewest a tune takes: the passes are checked for being there, not for their speed
         repeats=3,
         workload=None,
         dtype=None,

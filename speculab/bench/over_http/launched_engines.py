@@ -22,18 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import torch
 
 from speculab.bench.agreement import prefix_agreement
 from speculab.bench.divergence import divergence_fields, divergences
+from speculab.bench.method_memory import memory_estimate
 from speculab.bench.over_http.endpoint import Endpoint, EndpointInfo, Pass, endpoint_cell, measure_pass, probe_all, run_requests
+from speculab.bench.over_http.engine_room import EngineRoom, engine_room
 from speculab.bench.over_http.server_stats import reported_kv_tokens
 from speculab.bench.settings import RunContext
-from speculab.launch.command import LaunchCommand
+from speculab.free_memory import available_bytes
+from speculab.launch.command import DEFAULT_ROOM, LaunchCommand, ServingRoom
 from speculab.launch.prepare import prepare
 from speculab.launch.server import EngineServer
 from speculab.methods import MethodSpec
+from speculab.models.config import ModelConfig
 from speculab.models.embedded import ensure_embedded_model
-from speculab.runtime import default_dtype, load
+from speculab.models.memory import machine_memory_bytes
+from speculab.models.tokenizer import Tokenizer
+from speculab.runtime import DTYPES, default_dtype, load
 
 
 def engine_label(engine: str, spec: MethodSpec) -> str:
@@ -52,6 +59,13 @@ def check_commands(engines: list[str], cfg, target: Path, out: Path) -> None:
     dtype = peer_dtype(cfg, target)
     for engine in engines:
         for spec in cfg.methods:
+            if spec.method.remembers and spec.params.get(spec.method.remembers):
+                key = spec.method.remembers
+                raise ValueError(
+                    f"{spec.label} on {engine}: a launched server keeps earlier requests' outputs ({key}) across the run's "
+                    "passes, which send the same prompts again, so it would draft the answers it gave before (vLLM's "
+                    f"suffix accepted 93% so, against 34% fresh); give {spec.name}:{key}=0 to compare it with speculab's"
+                )
             prepare(
                 engine,
                 spec,
@@ -83,6 +97,11 @@ class ReferenceModel:
             self.loaded = load(self.model, self.dtype)
         return self.loaded
 
+    def prompt_tokens(self, items) -> list[int]:
+        """Each of ``items``' prompt tokens, by the target's tokenizer (the model itself is not loaded for it)."""
+        tokenizer = self.loaded.tokenizer if self.loaded is not None else Tokenizer(self.path)
+        return [len(tokenizer.encode_chat(item.message_dicts())) for item in items]
+
 
 @dataclass(frozen=True)
 class Served:
@@ -105,13 +124,14 @@ class Served:
 
 
 @contextmanager
-def served(engine: str, spec: MethodSpec, run: RunContext, reference: ReferenceModel, items, port: int) -> Iterator[Served]:
-    """``spec`` on ``engine`` at ``port``: launched (its log in ``OUT/servers``), probed, every prompt sent once
-    (``_warm_up``); stopped on leaving, Ctrl-C included."""
+def served(
+    engine: str, spec: MethodSpec, run: RunContext, reference: ReferenceModel, items, port: int, room: ServingRoom = DEFAULT_ROOM
+) -> Iterator[Served]:
+    """``spec`` on ``engine`` at ``port`` with ``room`` (its positions and KV cache): launched (its log in
+    ``OUT/servers``), probed, every prompt sent once (``_warm_up``); stopped on leaving, Ctrl-C included."""
     cfg, servers, label = run.cfg, run.out / "servers", engine_label(engine, spec)
-    command = prepare(
-        engine, spec, reference.path, servers, port=port, tp=cfg.tp, python=cfg.engine_python, dtype=peer_dtype(cfg, reference.path)
-    )
+    dtype = peer_dtype(cfg, reference.path)
+    command = prepare(engine, spec, reference.path, servers, port=port, tp=cfg.tp, python=cfg.engine_python, dtype=dtype, room=room)
     run.show(f"starting {label}")
     with EngineServer(command, servers / f"{engine}-{_slug(spec.label)}.log", progress=run.progress) as process:
         endpoint = Endpoint(command.url, label, served_model=command.served_name, baseline=spec.name == "baseline")
@@ -129,21 +149,32 @@ def measure_engine(
     reference: ReferenceModel,
     speculab_texts: dict[int, list[str]],
     *,
+    batch_sizes: tuple[int, ...] | None = None,
     prompts_per_batch: dict[int, int] | None = None,
     baseline_texts: dict[int, list[str]] | None = None,
+    cell_fields: dict | None = None,
 ) -> None:
-    """Every method of the run on ``engine``, each batch size the run has left, one server launch per method.
-    ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is compared with;
-    ``prompts_per_batch``: how many of ``items`` (the first ones) each batch size runs (None: all of them);
-    ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call)."""
+    """Every method of the run on ``engine``, each of ``batch_sizes`` (None: the run's) it has left, one server launch
+    per method, given the room its requests need (``engine_room``; a batch size the memory free cannot hold is recorded
+    as skipped). ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is
+    compared with; ``prompts_per_batch``: how many of ``items`` (the first ones) each batch size runs (None: all of
+    them); ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call);
+    ``cell_fields``: what every cell records besides (its context's prompt tokens)."""
     cfg = run.cfg
     texts: dict[int, list[str]] = dict(baseline_texts or {})  # batch size -> the engine's baseline outputs
+    prompt_tokens = reference.prompt_tokens(items)
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
-        sizes = [b for b in cfg.batch_sizes if run.pending(engine_label(engine, spec), b)]
-        if not sizes:
+        label = engine_label(engine, spec)
+        pending = [b for b in batch_sizes or cfg.batch_sizes if run.pending(label, b)]
+        if not pending:
             continue
-        with served(engine, spec, run, reference, items, cfg.engine_port) as server:
-            for batch_size in sizes:
+        fit = launch_room(spec, cfg, reference, prompt_tokens, pending)
+        for record in fit.skipped_cells(label, spec.name):
+            run.write(record)
+        if not fit.batch_sizes:
+            continue
+        with served(engine, spec, run, reference, items, cfg.engine_port, fit.room) as server:
+            for batch_size in fit.batch_sizes:
                 run.show(f"{server.label} b{batch_size}")
                 batch_items = items[: prompts_per_batch[batch_size]] if prompts_per_batch else items
                 warm_batch(server, batch_items, batch_size, cfg)
@@ -157,7 +188,16 @@ def measure_engine(
                     texts=texts,
                     reference=reference,
                     speculab_texts=speculab_texts,
+                    extra=cell_fields,
                 )
+
+
+def launch_room(spec: MethodSpec, cfg, reference: ReferenceModel, prompt_tokens: list[int], batch_sizes: list[int]) -> EngineRoom:
+    """The room a launch of ``spec`` needs for ``batch_sizes`` of these prompts, against the memory free now."""
+    target = ModelConfig.from_file(reference.path / "config.json")
+    dtype_bytes = torch.finfo(DTYPES[peer_dtype(cfg, reference.path)]).bits // 8
+    figures = memory_estimate(spec, target, dtype_bytes, machine_memory_bytes())
+    return engine_room(figures, prompt_tokens, batch_sizes, cfg.max_tokens, available_bytes(), tp=cfg.tp)
 
 
 def write_cell(
