@@ -20,11 +20,10 @@ import sys
 from dataclasses import dataclass, replace
 
 from speculab.bench.workload import WorkloadItem
-from speculab.corpora.context_files import PREAMBLE, ContextFile, load_context_files
+from speculab.corpora.context_files import PREAMBLE, ContextFile, load_context_files, quote_file
 
 AS_IS = "workload"  # the --contexts value (and a record's context key) of the prompts as they are
 MAX = "max"
-FENCES = {"python": "python", "typescript": "typescript", "sql": "sql"}
 ROOM = 64  # positions a profile's context leaves for drafting beyond the output (a tree's nodes, a chain's tokens)
 
 
@@ -107,7 +106,7 @@ class Lengthener:
         pool = self.files.get(item.language) or [f for files in self.files.values() for f in files]
         files: list[str] = []
         for file in pool:
-            whole = _quoted(file, file.text)
+            whole = quote_file(file, file.text)
             if self.tokens(_with_files(item, [*files, whole])) <= context:
                 files.append(whole)
                 continue
@@ -121,18 +120,12 @@ class Lengthener:
         low, high = 0, len(lines)  # low lines fit; high + 1 do not
         while low < high:
             middle = (low + high + 1) // 2
-            head = _quoted(file, "".join(lines[:middle]), middle, len(lines))
+            head = quote_file(file, "".join(lines[:middle]), middle, len(lines))
             if self.tokens(_with_files(item, [*files, head])) <= context:
                 low = middle
             else:
                 high = middle - 1
-        return _quoted(file, "".join(lines[:low]), low, len(lines)) if low else ""
-
-
-def _quoted(file: ContextFile, text: str, lines: int | None = None, of: int | None = None) -> str:
-    part = f" (lines 1-{lines} of {of})" if lines is not None else ""
-    fence = FENCES.get(file.domain, "")
-    return f"`{file.path}` from {file.source}{part}:\n```{fence}\n{text.rstrip()}\n```\n\n"
+        return quote_file(file, "".join(lines[:low]), low, len(lines)) if low else ""
 
 
 def _with_files(item: WorkloadItem, files: list[str]) -> WorkloadItem:

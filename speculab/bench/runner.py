@@ -171,8 +171,11 @@ def _measure_launched(run: RunContext, cells: _ContextCells, reference: Referenc
     for engine in run.cfg.launched:
         known = references.engine_texts(engine, cells.context)
         sizes = cells.prompts.batch_sizes[cells.context]
+        counted = [len(ids) for ids in cells.prompts.ids.get(cells.context, [])] or None  # None: the run loaded no tokenizer
         fields = cells.fields(len(cells.items))
-        measure_engine(engine, run, cells.items, reference, ours, batch_sizes=sizes, baseline_texts=known, cell_fields=fields)
+        measure_engine(
+            engine, run, cells.items, reference, ours, batch_sizes=sizes, prompt_tokens=counted, baseline_texts=known, cell_fields=fields
+        )
 
 
 def _measure_in_process(

@@ -44,6 +44,7 @@ LONG_LINE = 200  # characters; a file with a tenth of its text in longer lines o
 COMMENT = ("#", "//", "/*", "*", "--")
 GENERATED = re.compile(r"auto-?matically[ -]generated|auto-?generated|generated (by|from|with)|do not edit", re.IGNORECASE)
 PREAMBLE = "Files from the repository I am working in:\n\n"  # what quotes the files before an agent's request
+FENCES = {"python": "python", "typescript": "typescript", "sql": "sql"}
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # tab, newlines and form feed are text
 
 
@@ -102,6 +103,12 @@ def _context_file(record: object, where: str) -> ContextFile:
             raise ContextFileError(f"{where}: {field.name!r} must be a non-empty string")
         values[field.name] = value
     return ContextFile(**values)
+
+
+def quote_file(file: ContextFile, text: str, lines: int | None = None, of: int | None = None) -> str:
+    """``text`` of ``file`` (all of it, or its first ``lines`` of ``of``) fenced as an agent quotes it after ``PREAMBLE``."""
+    part = f" (lines 1-{lines} of {of})" if lines is not None else ""
+    return f"`{file.path}` from {file.source}{part}:\n```{FENCES.get(file.domain, '')}\n{text.rstrip()}\n```\n\n"
 
 
 def sources_path(pool: Path) -> Path:

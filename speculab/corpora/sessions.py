@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from speculab.corpora.agentic import new_name, ranked_identifiers, renamed
-from speculab.corpora.context_files import PREAMBLE, ContextFile, check, dumps, load_context_files
-from speculab.corpora.prompts import FENCE
+from speculab.corpora.context_files import PREAMBLE, ContextFile, check, dumps, load_context_files, quote_file
 
 SESSIONS = Path(__file__).resolve().parent.parent / "bench" / "workload_files" / "sessions.jsonl"
 LANGUAGES = ("python", "typescript")
@@ -32,10 +31,6 @@ SESSIONS_PER_LANGUAGE = 4
 TURNS = 6  # at most; fewer where the prompt would outgrow MOST_PROMPT_TOKENS
 CONTEXT_TOKENS = 2_400  # the files quoted before the first request (a plain encode of each file's text)
 MOST_PROMPT_TOKENS = 7_600  # a turn's prompt with the chat template: room for 512 tokens out within 8,192 positions
-
-
-def quoted(file: ContextFile, text: str) -> str:
-    return f"`{file.path}` from {file.source}:\n```{FENCE[file.domain]}\n{text.rstrip()}\n```\n"
 
 
 def session_files(pool: list[ContextFile], start: int) -> list[ContextFile]:
@@ -63,7 +58,7 @@ def session_messages(files: list[ContextFile], count: Callable[[list[dict]], int
             break
         new = new_name(old, file.domain)
         ask = f"Rename `{old}` to `{new}` throughout `{file.path}`, and return the complete updated file with no other changes."
-        head = PREAMBLE + "".join(quoted(f, f.text) for f in files) + "\n" if turn == 0 else ""
+        head = PREAMBLE + "".join(quote_file(f, f.text) for f in files) if turn == 0 else ""
         after = [{"role": "assistant", "content": answer}] if messages else []
         turn_messages = [*after, {"role": "user", "content": head + ask}]
         if count([*messages, *turn_messages]) > MOST_PROMPT_TOKENS:
@@ -71,7 +66,7 @@ def session_messages(files: list[ContextFile], count: Callable[[list[dict]], int
         messages += turn_messages
         code[file.id] = renamed(code[file.id], old, new)
         renamed_to.add(new)
-        answer = f"Here is `{file.path}` with `{old}` renamed to `{new}`:\n\n{quoted(file, code[file.id])}"
+        answer = f"Here is `{file.path}` with `{old}` renamed to `{new}`:\n\n{quote_file(file, code[file.id])}"
     return messages
 
 

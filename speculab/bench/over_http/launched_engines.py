@@ -150,19 +150,19 @@ def measure_engine(
     speculab_texts: dict[int, list[str]],
     *,
     batch_sizes: tuple[int, ...] | None = None,
-    prompts_per_batch: dict[int, int] | None = None,
+    prompt_tokens: list[int] | None = None,
     baseline_texts: dict[int, list[str]] | None = None,
     cell_fields: dict | None = None,
 ) -> None:
     """Every method of the run on ``engine``, each of ``batch_sizes`` (None: the run's) it has left, one server launch
     per method, given the room its requests need (``engine_room``; a batch size the memory free cannot hold is recorded
     as skipped). ``speculab_texts``: speculab's own baseline outputs per batch size, which the engine's baseline is
-    compared with; ``prompts_per_batch``: how many of ``items`` (the first ones) each batch size runs (None: all of
-    them); ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call);
+    compared with; ``prompt_tokens``: each of ``items``' prompt tokens where the run counted them (None: counted here);
+    ``baseline_texts``: the engine's baseline outputs this run measured already (a resumed run, a later call);
     ``cell_fields``: what every cell records besides (its context's prompt tokens)."""
     cfg = run.cfg
     texts: dict[int, list[str]] = dict(baseline_texts or {})  # batch size -> the engine's baseline outputs
-    prompt_tokens = reference.prompt_tokens(items)
+    prompt_tokens = prompt_tokens or reference.prompt_tokens(items)
     for spec in sorted(cfg.methods, key=lambda s: s.name != "baseline"):
         label = engine_label(engine, spec)
         pending = [b for b in batch_sizes or cfg.batch_sizes if run.pending(label, b)]
@@ -176,13 +176,12 @@ def measure_engine(
         with served(engine, spec, run, reference, items, cfg.engine_port, fit.room) as server:
             for batch_size in fit.batch_sizes:
                 run.show(f"{server.label} b{batch_size}")
-                batch_items = items[: prompts_per_batch[batch_size]] if prompts_per_batch else items
-                warm_batch(server, batch_items, batch_size, cfg)
-                passes = [measure_pass(server.endpoint, server.info, batch_items, batch_size, cfg, run.bar) for _ in range(cfg.repeats)]
+                warm_batch(server, items, batch_size, cfg)
+                passes = [measure_pass(server.endpoint, server.info, items, batch_size, cfg, run.bar) for _ in range(cfg.repeats)]
                 write_cell(
                     run,
                     server,
-                    items=batch_items,
+                    items=items,
                     batch_size=batch_size,
                     passes=passes,
                     texts=texts,
