@@ -68,7 +68,7 @@ def linear_cell(kernels, name: str, n: int, k: int, m: int, weights: dict, repea
 def linear(args) -> None:
     """One linear layer, three ways: the native bf16-weight kernel vs oneDNN-packed fp32 vs F.linear (fp32).
 
-    The embedded model's shapes (qkv 960x576, gate|up 3072x576, down 576x1536, lm_head 49152x576) at 1-256 rows;
+    The embedded model's shapes (qkv 960x576, gate|up 3072x576, down 576x1536, lm_head 49152x576) at ``--rows``;
     30 copies of each weight (one for the lm_head) so each call reads its weight from memory, as a forward does.
     Also checks the kernel's accuracy against float64 and that each row's result is bit for bit the same whether it
     is computed alone or with the others. Medians of ``--repeats``.
@@ -83,7 +83,7 @@ def linear(args) -> None:
             layer = torch.nn.Linear(k, n, bias=False).requires_grad_(False)
             layer.weight.copy_(w)
             weights["onednn"].append(PackedLinear(layer))
-        for m in (1, 4, 16, 64, 256):
+        for m in args.rows:
             cells.append(linear_cell(kernels, name, n, k, m, weights, args.repeats))
             print(cells[-1], file=sys.stderr)
     print(json.dumps({"cpu_flags": reported_cpu_flags(), "threads": torch.get_num_threads(), "cells": cells}))
@@ -254,7 +254,9 @@ def argmax(args) -> None:
 
 def main() -> None:
     parser, sub = command_line(__doc__)
-    subcommand(sub, "linear", linear).add_argument("--repeats", type=int, default=15)
+    p = subcommand(sub, "linear", linear)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     subcommand(sub, "linear-pack", linear_pack)
     subcommand(sub, "amx-probe", amx_probe).add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     subcommand(sub, "attention", attention).add_argument("--rounds", type=int, default=7)

@@ -79,7 +79,8 @@ def run_steps(
     params = SamplingParams(max_tokens=run.max_tokens, ignore_eos=True)
     domain_of = {engine.add_request(ids, params).id: d for ids, d in zip(run.prompts, run.domains)}
     steps, decoded, previous = [], 0, None
-    while engine.has_work:
+    # once nobody waits and a request has finished, the batch is never full again: the rest is not run
+    while engine.has_work and (engine.waiting or len(engine.running) == run.batch_size):
         proposer.budget = budget_of(decoded) if engine.running else None
         decoded += bool(engine.running)
         full, waiting = len(engine.running) == run.batch_size, len(engine.waiting)

@@ -153,6 +153,16 @@ def test_every_output_is_the_fma_chain_in_k_order(kernels, m):
     assert torch.equal(kernels.linear(x, fma_pack(kernels, w), 200, None), fma_chain(x, w))
 
 
+@pytest.mark.parametrize("m", [1, 2, 5, 6])
+def test_a_residual_is_added_to_the_chain_once_each_column_in_its_place(kernels, m):
+    """The one-row and few-row kernels hold a panel's even and odd columns apart until the store: the sum with the
+    residual must still land on each column (a ragged last panel included)."""
+    w = bf16_weight(200, 64, seed=m)
+    x = torch.randn(m, 64, generator=torch.Generator().manual_seed(200 + m))
+    residual = torch.arange(m * 200, dtype=torch.float32).reshape(m, 200)  # every column its own value
+    assert torch.equal(kernels.linear(x, fma_pack(kernels, w), 200, None, residual), residual + fma_chain(x, w))
+
+
 def test_the_avx2_and_avx512_kernels_give_the_same_bits(kernels):
     """On an AVX512 CPU both kernel sets run (the switch picks); elsewhere the switch must say AVX512 is not in use."""
     w = fma_pack(kernels, bf16_weight(300, 576, seed=7))

@@ -46,3 +46,18 @@ def test_a_sweep_leaves_greedy_output_as_plain_decoding_gives_it():
         engine.step()
         step += 1
     assert [r.output_ids for r in requests] == plain
+
+
+def test_a_run_ends_once_its_batch_can_never_be_full_again(monkeypatch):
+    before_each_step = []  # (running, waiting) as each engine step starts
+    step = Engine.step
+
+    def recording(engine):
+        before_each_step.append((len(engine.running), len(engine.waiting)))
+        return step(engine)
+
+    monkeypatch.setattr(Engine, "step", recording)
+    run = Run(PROMPTS[:3], ["python", "sql", "python"], 2, 24)  # the third request would run alone: never a clean step
+    steps = run_steps(tiny_model(), frozenset(), TimedProposer(ngram()), run, None, cycling_budgets([3]))
+    assert steps and before_each_step[0] == (0, 3) and (0, 1) in before_each_step
+    assert all(waiting or running == 2 for running, waiting in before_each_step)
