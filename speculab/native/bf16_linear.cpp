@@ -28,7 +28,7 @@ inline __m256 widen8(const uint16_t* p) {
 // 16 bf16 in one load, widened as the even columns (a shift) and the odd ones (a mask): two vector ops for 16
 // values where two widen8 take four, one of them a shuffle. The accumulators then hold even and odd columns, put
 // back in order once, at the store (interleave16). Measured on an EPYC Zen 1 (AVX2 only): 1 to 5 rows 18-23%
-// faster, the same bits (BENCHMARKS.md, "The AVX2 linear kernel's widening").
+// faster, the same bits (BENCHMARKS.md, "The AVX2 linear kernel at one to five rows").
 inline void widen16(const uint16_t* p, __m256& even, __m256& odd) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -42,7 +42,11 @@ inline void interleave16(__m256 even, __m256 odd, __m256& low, __m256& high) {
   high = _mm256_permute2f128_ps(a, b, 0x31);
 }
 
-// MR rows of x against P consecutive panels (16*P columns starting at panel p0). Each panel's weights are fetched
+// MR rows of x against P consecutive panels (16*P columns starting at panel p0). Every loop over rows, panels and
+// columns is unrolled whole, so the accumulators live in registers: left to itself GCC kept the array in memory,
+// storing every accumulator each k, and the kernel ran at half the FMA rate (EPYC Zen 1: one row 12 -> 24 GB/s of
+// weights, four rows 17.5 -> 37 GFLOP/s on one core, in a harness of this kernel alone; a 4-token verify at batch 1
+// 1.94 -> 1.52 one-token forwards, BENCHMARKS.md "The AVX2 linear kernel at one to five rows"). Each panel's weights are fetched
 // ahead by software (the hardware's streamer stops at every 4 KiB page): 64 k ahead with four panels in flight,
 // 128 with one. Measured with these kernels on an AVX512 Xeon (use_avx512(False)), the model's four matrix shapes:
 // 1 row 2.0 -> 1.45-1.5 ms, 4 rows 5.1-5.9 -> 2.3-2.4 ms.
@@ -50,25 +54,35 @@ template <int MR, int P, int64_t kPrefetchK = P == 1 ? 128 : 64>
 void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p0, float* y, int64_t ldy, int64_t n,
             const float* res) {
   __m256 acc[MR][2 * P];
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
+    #pragma GCC unroll 16
     for (int c = 0; c < 2 * P; ++c) acc[r][c] = _mm256_setzero_ps();
   const uint16_t* panel[P];
+  #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) panel[p] = w + (p0 + p) * k * kPanelCols;
   for (int64_t i = 0; i < k; ++i) {
     if (!(i & 1))  // a 64-byte line holds two k of a panel
+      #pragma GCC unroll 16
       for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(panel[p] + (i + kPrefetchK) * kPanelCols), _MM_HINT_T0);
     __m256 wv[2 * P];  // a panel's even columns, then its odd ones
+    #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) widen16(panel[p] + i * kPanelCols, wv[2 * p], wv[2 * p + 1]);
+    #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       __m256 xv = _mm256_broadcast_ss(x + r * ldx + i);
+      #pragma GCC unroll 16
       for (int c = 0; c < 2 * P; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
   const int64_t col0 = p0 * kPanelCols;
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+    #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) interleave16(acc[r][2 * p], acc[r][2 * p + 1], acc[r][2 * p], acc[r][2 * p + 1]);
     float* yr = y + r * ldy + col0;
     const float* rr = res ? res + r * ldy + col0 : nullptr;
+    #pragma GCC unroll 16
     for (int c = 0; c < 2 * P; ++c) {
       const int64_t col = col0 + 8 * c;
       if (col + 8 <= n) {
