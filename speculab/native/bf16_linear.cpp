@@ -201,11 +201,11 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
       for (int64_t p = p0; p < p1; ++p) rows_kernel<kRows - 1>(m, xp, wp, k, p, yp, n, rp);
     });
   } else {
-    // Rows packed k-major in blocks of six (zero-padded), so a block's six values for one k are adjacent.
-    const int64_t blocks = (m + kRows - 1) / kRows;
-    auto xpack = torch::zeros({blocks * kRows, k}, x2.options());
-    xpack.narrow(0, 0, m).copy_(x2);
-    xpack = xpack.view({blocks, kRows, k}).transpose(1, 2).contiguous();  // [blocks, K, 6]
+    // Rows packed k-major in blocks of six, so a block's six values for one k are adjacent. The rows past the last
+    // whole block (a batch of 16: 6 + 6 + 4) run the few-rows kernel on the bf16 panel, the same chains, rather than
+    // a block of six padded with zeros.
+    const int64_t blocks = m / kRows, rest = m - blocks * kRows;
+    auto xpack = x2.narrow(0, 0, blocks * kRows).view({blocks, kRows, k}).transpose(1, 2).contiguous();  // [blocks, K, 6]
     const float* xq = xpack.data_ptr<float>();
     at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
       std::vector<float> wide(k * kPanelCols);
@@ -213,8 +213,10 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
         const uint16_t* src = wp + p * k * kPanelCols;
         for (int64_t i = 0; i < k * kPanelCols; i += 8) _mm256_storeu_ps(wide.data() + i, widen8(src + i));
         for (int64_t b = 0; b < blocks; ++b)
-          kernel_wide(xq + b * k * kRows, wide.data(), k, std::min<int64_t>(kRows, m - b * kRows), p, yp + b * kRows * n, n, n,
-                      rp ? rp + b * kRows * n : nullptr);
+          kernel_wide(xq + b * k * kRows, wide.data(), k, kRows, p, yp + b * kRows * n, n, n, rp ? rp + b * kRows * n : nullptr);
+        if (rest)
+          rows_kernel<kRows - 1>(rest, xp + blocks * kRows * k, wp, k, p, yp + blocks * kRows * n, n,
+                                 rp ? rp + blocks * kRows * n : nullptr);
       }
     });
   }
