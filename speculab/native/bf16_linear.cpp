@@ -96,7 +96,7 @@ void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p
   }
 }
 
-// The same chains as kernel<MR, 1>, for many rows: x is packed as [ceil(M/6), K, 6] (one stream per row
+// The same chains as kernel<MR, 1>, for many rows: x is packed as [M/6, K, 6] (one stream per row
 // block) and the panel is already widened to fp32, so each k costs two loads, six broadcasts, twelve FMAs.
 constexpr int kRows = 6;
 
