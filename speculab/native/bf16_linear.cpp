@@ -46,8 +46,8 @@ inline void interleave16(__m256 even, __m256 odd, __m256& low, __m256& high) {
 // columns is unrolled whole, so the accumulators live in registers: left to itself GCC kept the array in memory,
 // storing every accumulator each k, and the kernel ran at half the FMA rate (EPYC Zen 1: one row 12 -> 24 GB/s of
 // weights, four rows 17.5 -> 37 GFLOP/s on one core, in a harness of this kernel alone; a 4-token verify at batch 1
-// 1.94 -> 1.52 one-token forwards, BENCHMARKS.md "The AVX2 linear kernel at one to five rows"). Each panel's weights are fetched
-// ahead by software (the hardware's streamer stops at every 4 KiB page): 64 k ahead with four panels in flight,
+// 1.94 -> 1.52 one-token forwards, BENCHMARKS.md "The AVX2 linear kernel at one to five rows"). Each panel's
+// weights are fetched ahead by software (the hardware's streamer stops at every 4 KiB page): 64 k ahead with four panels in flight,
 // 128 with one. Measured with these kernels on an AVX512 Xeon (use_avx512(False)), the model's four matrix shapes:
 // 1 row 2.0 -> 1.45-1.5 ms, 4 rows 5.1-5.9 -> 2.3-2.4 ms.
 template <int MR, int P, int64_t kPrefetchK = P == 1 ? 128 : 64>
@@ -97,11 +97,11 @@ void kernel(const float* x, int64_t ldx, const uint16_t* w, int64_t k, int64_t p
 }
 
 // The same chains as kernel<MR, 1>, for many rows: x is packed as [M/6, K, 6] (one stream per row
-// block) and the panel is already widened to fp32, so each k costs two loads, six broadcasts, twelve FMAs.
+// block, six whole rows each) and the panel is already widened to fp32, so each k costs two loads, six
+// broadcasts, twelve FMAs.
 constexpr int kRows = 6;
 
-void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, int64_t p0, float* y, int64_t ldy, int64_t n,
-                 const float* res) {
+void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t p0, float* y, int64_t ldy, int64_t n, const float* res) {
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
          a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00;
   for (int64_t i = 0; i < k; ++i) {
@@ -128,7 +128,7 @@ void kernel_wide(const float* xb, const float* panel, int64_t k, int64_t rows, i
   _mm256_store_ps(out[4], a40); _mm256_store_ps(out[4] + 8, a41);
   _mm256_store_ps(out[5], a50); _mm256_store_ps(out[5] + 8, a51);
   const int64_t col0 = p0 * kPanelCols, cols = std::min<int64_t>(kPanelCols, n - col0);
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < cols; ++c) y[r * ldy + col0 + c] = res ? res[r * ldy + col0 + c] + out[r][c] : out[r][c];
 }
 
@@ -213,7 +213,7 @@ torch::Tensor bf16_linear(torch::Tensor x, torch::Tensor packed, int64_t n, c10:
         const uint16_t* src = wp + p * k * kPanelCols;
         for (int64_t i = 0; i < k * kPanelCols; i += 8) _mm256_storeu_ps(wide.data() + i, widen8(src + i));
         for (int64_t b = 0; b < blocks; ++b)
-          kernel_wide(xq + b * k * kRows, wide.data(), k, kRows, p, yp + b * kRows * n, n, n, rp ? rp + b * kRows * n : nullptr);
+          kernel_wide(xq + b * k * kRows, wide.data(), k, p, yp + b * kRows * n, n, n, rp ? rp + b * kRows * n : nullptr);
         if (rest)
           rows_kernel<kRows - 1>(rest, xp + blocks * kRows * k, wp, k, p, yp + blocks * kRows * n, n,
                                  rp ? rp + blocks * kRows * n : nullptr);
