@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft-first assets-eagle3-first assets-draft-second assets-eagle3 assets-draft workload vllm llamacpp sglang
+.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft-first assets-eagle3-first assets-draft-second assets-eagle3 assets-draft assets-draft-long workload vllm llamacpp sglang
 
 setup: $(STAMP) model native
 
@@ -73,13 +73,14 @@ compare: setup llamacpp
 	$(BIN)/speculab compare llama.cpp --quant bf16
 
 # The embedded default's drafters, shipped in speculab/assets/ (see their README.md and manifest.json), in about
-# 7 hours of a 2-core machine (EPYC Zen 5; README's "make assets, stage by stage"), in as many sittings as you
+# 8 hours of a 2-core machine (EPYC Zen 5; README's "make assets, stage by stage"), in as many sittings as you
 # like: `make assets RESUME=--resume` continues every stage where it stopped (Ctrl-C or kill writes a checkpoint).
 # Self-distilled data is cached in ~/.cache/speculab/train-data: 16 prompt seeds (2,304 answered prompts), 240 agentic
 # edits and 320 code windows. Then three pairs of runs side by side, one thread each: the EAGLE-1 head (seeds 0-4) and
 # the draft model's first run (88 minutes each); the EAGLE-3 head's first run (its three target layers' inputs cached
 # once, then about 5,900 steps on 8 seeds' answers) and the draft model continued on those (95 minutes); then both
-# continued on all 16 seeds (70 and 95 minutes).
+# continued on all 16 seeds (70 and 95 minutes); last, the draft model continued on 96 agent-length prompts (task
+# prompts after whole training-share files, 2k-7.5k tokens) beside seed 0's prompts, both threads (30 minutes).
 ASSETS := speculab/assets
 SEEDS := 0 1 2 3 4 5 6 7
 ALL_SEEDS := $(SEEDS) 8 9 10 11 12 13 14 15
@@ -87,12 +88,15 @@ EAGLE_SEEDS := 0 1 2 3 4
 AGENTIC := 240
 DRAFT_FIRST := runs/assets-draft-first
 DRAFT_SECOND := runs/assets-draft-second
+DRAFT_THIRD := runs/assets-draft-third
+LONG_PROMPTS := 96
 EAGLE3_FIRST := runs/assets-eagle3-first
 assets: setup
-	$(BIN)/speculab train data --code-windows 320 --prompt-seeds $(ALL_SEEDS) --agentic-prompts $(AGENTIC)
+	$(BIN)/speculab train data --code-windows 320 --prompt-seeds $(ALL_SEEDS) --agentic-prompts $(AGENTIC) --long-prompts $(LONG_PROMPTS)
 	$(MAKE) -j2 assets-eagle assets-draft-first
 	$(MAKE) -j2 assets-eagle3-first assets-draft-second
 	$(MAKE) -j2 assets-eagle3 assets-draft
+	$(MAKE) assets-draft-long
 
 assets-eagle: setup
 	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle --prompt-seeds $(EAGLE_SEEDS) --out $(ASSETS)/smollm2-135m-eagle --steps 5000 --max-minutes 88 --warmup-steps 20 $(RESUME)
@@ -110,7 +114,11 @@ assets-eagle3: setup
 	OMP_NUM_THREADS=1 $(BIN)/speculab train eagle3 --prompt-seeds $(ALL_SEEDS) --agentic-prompts $(AGENTIC) --init $(EAGLE3_FIRST) --out $(ASSETS)/smollm2-135m-eagle3 --steps 50000 --max-minutes 70 --lr 5e-4 --warmup-steps 20 --ttt-steps 3 --train-on answers --checkpoint-every 25 --card-notes docs/drafter-notes/smollm2-135m-eagle3.md $(RESUME)
 
 assets-draft: setup
-	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --prompt-seeds $(ALL_SEEDS) --agentic-prompts $(AGENTIC) --code-windows 320 --init $(DRAFT_SECOND) --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 95 --warmup-steps 20 --card-notes docs/drafter-notes/smollm2-135m-draft.md $(RESUME)
+	OMP_NUM_THREADS=1 $(BIN)/speculab train draft --prompt-seeds $(ALL_SEEDS) --agentic-prompts $(AGENTIC) --code-windows 320 --init $(DRAFT_SECOND) --out $(DRAFT_THIRD) --steps 50000 --max-minutes 95 --warmup-steps 20 $(RESUME)
+
+# Agent-length contexts: the draft model trained on prompts of at most about 1,000 code tokens drafted worse after long ones.
+assets-draft-long: setup
+	$(BIN)/speculab train draft --long-prompts $(LONG_PROMPTS) --init $(DRAFT_THIRD) --out $(ASSETS)/smollm2-135m-draft --steps 50000 --max-minutes 30 --lr 5e-4 --warmup-steps 20 --card-notes docs/drafter-notes/smollm2-135m-draft.md $(RESUME)
 
 # The benchmark workload, rebuilt byte-identically from the pinned sources (needs CPython 3.11.7).
 workload: setup

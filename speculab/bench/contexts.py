@@ -101,18 +101,24 @@ class Lengthener:
 
     def at(self, item: WorkloadItem, context: int | None) -> WorkloadItem:
         """``item`` after repository files up to ``context`` tokens (as it is when it holds that many already)."""
+        return with_files(item, [text for _, text in self.quotes(item, context)])
+
+    def quotes(self, item: WorkloadItem, context: int | None) -> list[tuple[ContextFile, str]]:
+        """The pool's files that go before ``item`` to make ``context`` tokens, each with its quoted text (the last
+        one's head only where the whole would overflow); none when ``item`` holds that many already."""
         if context is None or self.tokens(item) >= context:
-            return item
+            return []
         pool = self.files.get(item.language) or [f for files in self.files.values() for f in files]
-        files: list[str] = []
+        quoted: list[tuple[ContextFile, str]] = []
         for file in pool:
             whole = quote_file(file, file.text)
-            if self.tokens(_with_files(item, [*files, whole])) <= context:
-                files.append(whole)
+            if self.tokens(with_files(item, [*(text for _, text in quoted), whole])) <= context:
+                quoted.append((file, whole))
                 continue
-            files.append(self._cut_to_fit(item, files, file, context))
+            head = self._cut_to_fit(item, [text for _, text in quoted], file, context)
+            quoted += [(file, head)] if head else []
             break
-        return _with_files(item, [f for f in files if f])
+        return quoted
 
     def _cut_to_fit(self, item: WorkloadItem, files: list[str], file: ContextFile, context: int) -> str:
         """The longest head of ``file``, whole lines, that keeps the prompt within ``context`` ("" if none does)."""
@@ -121,14 +127,14 @@ class Lengthener:
         while low < high:
             middle = (low + high + 1) // 2
             head = quote_file(file, "".join(lines[:middle]), middle, len(lines))
-            if self.tokens(_with_files(item, [*files, head])) <= context:
+            if self.tokens(with_files(item, [*files, head])) <= context:
                 low = middle
             else:
                 high = middle - 1
         return quote_file(file, "".join(lines[:low]), low, len(lines)) if low else ""
 
 
-def _with_files(item: WorkloadItem, files: list[str]) -> WorkloadItem:
+def with_files(item: WorkloadItem, files: list[str]) -> WorkloadItem:
     """``item`` with ``files`` quoted at the head of its first user message."""
     if not files:
         return item

@@ -106,6 +106,15 @@ def _data_lines(data: dict) -> list[str]:
         ),
         *(
             [
+                f"- {data['long_prompts']} of the sequences agent-length prompts: task prompts after whole training-share "
+                f"files of their language, {data['long_spec']['context_tokens'][0]:,}-{data['long_spec']['context_tokens'][1]:,} "
+                "tokens in all, answered by the target."
+            ]
+            if data.get("long_prompts")
+            else []
+        ),
+        *(
+            [
                 f"- Plus {data['code_windows']} code windows, {data['code_window_tokens']:,} tokens: other training-share "
                 "files framed as the assistant's answer to a request for the file, read by the target (prefill only)."
             ]

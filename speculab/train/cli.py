@@ -47,6 +47,14 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         help="also have the target answer this many agentic edits (rename, lint-fix, apply-review, second turn) "
         "on training-share Python and TypeScript files, kept in DATA_DIR-agentic",
     )
+    p.add_argument(
+        "--long-prompts",
+        type=int,
+        default=0,
+        help="also have the target answer this many agent-length prompts: task prompts after whole training-share "
+        "files, 2k-7.5k tokens in all (as the target's positions allow; what a coding agent sends; a drafter trained on short prompts alone drafts "
+        "worse there), kept in DATA_DIR-long",
+    )
 
 
 def _ranking_flags(p: argparse.ArgumentParser) -> None:

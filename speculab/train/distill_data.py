@@ -39,7 +39,7 @@ from speculab.engine import Engine, sequence_length
 from speculab.jsonl import read_records
 from speculab.sampling import SamplingParams
 from speculab.speculative.proposer import Proposer
-from speculab.train.training_prompts import CodeSpec, DataSpec, draw_code_windows, draw_prompts
+from speculab.train.training_prompts import CodeSpec, DataSpec, draw_code_windows, draw_prompts, files_read
 
 
 def read_sequences(path: Path) -> list[dict]:
@@ -242,13 +242,15 @@ def load_features(out_dir: Path, sequences: list[dict]) -> dict[str, torch.Tenso
 
 def data_manifest(sequences: list[dict], specs: list[DataSpec], windows: list[dict] = (), code_spec: CodeSpec | None = None) -> dict:
     """What the trainers read: the prompt sets (one spec per prompt seed), code windows, token counts, sources."""
-    files = sorted({s["source"] for s in [*sequences, *windows]})
+    files = sorted({f for s in [*sequences, *windows] for f in files_read(s)})
     tasks = [s for s in specs if s.kind == "tasks"]
     agentic = [s for s in specs if s.kind == "agentic"]
+    long = [s for s in specs if s.kind == "long"]
     return {
         "spec": specs[0].__dict__,
         **({"prompt_seeds": [s.seed for s in tasks]} if len(tasks) > 1 else {}),
         **({"agentic_spec": agentic[0].__dict__, "agentic_prompts": agentic[0].num_prompts} if agentic else {}),
+        **({"long_spec": long[0].__dict__, "long_prompts": long[0].num_prompts} if long else {}),
         **(
             {
                 "code_spec": code_spec.__dict__,

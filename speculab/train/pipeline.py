@@ -27,7 +27,7 @@ from speculab.train import loop
 from speculab.train.card import command_line, measure_acceptance, plot_losses, write_card, write_manifest
 from speculab.train.distill_data import batches_by_tokens, data_manifest, generate_sequences, load_features, record_code_windows
 from speculab.train.eagle3_features import cached_layer_features
-from speculab.train.training_prompts import AGENTIC_TOKENS, CodeSpec, DataSpec, held_out_prompts
+from speculab.train.training_prompts import AGENTIC_TOKENS, CodeSpec, DataSpec, files_read, held_out_prompts, long_context
 from speculab.train.vocab import rank_tokens
 
 
@@ -44,7 +44,8 @@ def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
         raise ValueError(f"{data_dir} holds data made with other settings ({spec_file}); pass another --data-dir")
     data_dir.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
-    return generate_sequences(loaded, spec, data_dir)
+    # agent-length prompts hold up to 8k positions each: half the slots keep their KV cache near 3 GB on the embedded model
+    return generate_sequences(loaded, spec, data_dir, batch_size=8 if spec.kind == "long" else 16)
 
 
 def _data(args, loaded, features: bool = False):
@@ -61,6 +62,12 @@ def _data(args, loaded, features: bool = False):
         base = _data_dir(args, loaded, args.seed)
         specs.append(agentic)
         folders.append(base.with_name(f"{base.name}-agentic"))
+    if getattr(args, "long_prompts", 0):  # task prompts after whole training-share files: agent-length contexts
+        context = long_context(loaded.model.config.max_position_embeddings, args.response_tokens)
+        long = DataSpec(args.long_prompts, response_tokens=args.response_tokens, seed=args.seed, kind="long", context_tokens=context)
+        base = _data_dir(args, loaded, args.seed)
+        specs.append(long)
+        folders.append(base.with_name(f"{base.name}-long"))
     parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec, folder in zip(specs, folders)]
     sequences = [s for _, records in parts for s in records]
     # Windows avoid the files of --seed's prompts (what they were drawn against when first made).
@@ -112,7 +119,7 @@ def _write_ranking(out: Path, ranking: tuple[torch.Tensor, torch.Tensor], comman
 
 def _eval_prompts(args, loaded, sequences) -> list[list[int]]:
 
-    return held_out_prompts(loaded.tokenizer, {s["source"] for s in sequences}, args.eval_prompts, args.seed + 1000)
+    return held_out_prompts(loaded.tokenizer, {f for s in sequences for f in files_read(s)}, args.eval_prompts, args.seed + 1000)
 
 
 def _setup(args: argparse.Namespace):

@@ -83,7 +83,7 @@ def test_agentic_edits_on_training_files_are_answered_like_the_other_prompts(loa
 def test_a_spec_stored_before_its_kind_existed_reads_as_task_prompts():
     stored = {"num_prompts": 144, "prompt_tokens": [200, 400], "response_tokens": 160, "sampled_share": 0.5, "seed": 2}
     assert DataSpec.stored(stored) == DataSpec(seed=2)
-    with pytest.raises(ValueError, match="'tasks' or 'agentic'"):
+    with pytest.raises(ValueError, match="'tasks', 'agentic' or 'long'"):
         training_prompts.draw_prompts(None, DataSpec(kind="other"))
 
 

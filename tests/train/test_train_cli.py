@@ -14,7 +14,7 @@ from speculab.models.draft_vocab import load_token_ranking
 from speculab.models.eagle3_head import load_eagle3_head
 from speculab.models.eagle_head import load_eagle_head
 from speculab.models.loading import load_model
-from speculab.train.training_prompts import DataSpec
+from speculab.train.training_prompts import DataSpec, long_context
 from tests.helpers import save_tiny_checkpoint
 from tests.train.test_eagle_train import sequences_with_features
 
@@ -172,6 +172,33 @@ def test_prompt_seeds_read_every_seeds_folder(target_and_data, tmp_path, capsys)
     capsys.readouterr()
     assert main(_train_args("eagle", target, base, tmp_path / "again", "2", "--prompt-seeds", "0", "1")) == 2
     assert "data-seed1 holds data made with other settings" in capsys.readouterr().err  # reported like any CLI error
+
+
+def test_long_prompts_are_read_from_their_own_folder_with_the_files_they_quote(target_and_data, tmp_path, capsys):
+    """Agent-length prompts sit in DATA_DIR-long, drawn up to what the target's positions hold after the answer."""
+    target, data = target_and_data
+    base = tmp_path / "data"
+    shutil.copytree(data, base)
+    long = tmp_path / "data-long"
+    shutil.copytree(data, long)
+    records = [json.loads(line) for line in (long / "sequences.jsonl").read_text().splitlines()]
+    for n, r in enumerate(records):
+        r["context_files"] = [f"cpython-stdlib@3.11.7:quoted{n}.py", "cpython-stdlib@3.11.7:shared.py"]
+    (long / "sequences.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    spec = DataSpec(num_prompts=4, response_tokens=24, kind="long", context_tokens=long_context(512, 24))  # the tiny target's 512
+    assert spec.context_tokens == (212, 424)
+    (long / "spec.json").write_text(json.dumps(spec.__dict__))
+    out = tmp_path / "draft"
+    assert main(_train_args("draft", target, base, out, "2", "--long-prompts", "4")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["data"]["num_sequences"] == 8 and manifest["data"]["long_prompts"] == 4
+    files = json.loads((out / "training_files.json").read_text())
+    assert len(files) == 4 + 5 and "cpython-stdlib@3.11.7:shared.py" in files  # the tasks' files and those quoted
+    assert "- 4 of the sequences agent-length prompts" in (out / "README.md").read_text()
+    (long / "spec.json").write_text(json.dumps({**spec.__dict__, "context_tokens": [100, 200]}))
+    capsys.readouterr()
+    assert main(_train_args("draft", target, base, tmp_path / "again", "2", "--long-prompts", "4")) == 2
+    assert "data-long holds data made with other settings" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["eagle", "eagle3", "draft"])

@@ -1,5 +1,6 @@
 """The report's section on context length, for a run of several: what each context is, where each method stops
-paying at each (the crossover table), and the speedups as a heatmap of batch size by context.
+paying at each (the crossover table), the speedups as a heatmap of batch size by context, and each drafter's
+acceptance at each context (a drafter trained on short prompts may draft worse after long ones).
 
 Knows: each context's cells (``Results.views``), named by their median prompt length (``numbers.context_name``),
 each method's break-even at each (``findings.break_even``), and what a context is: the workload's requests as they
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 from speculab.bench.report.blocks import Block, Heading, Image, Paragraph, Table
 from speculab.bench.report.findings import break_even
-from speculab.bench.report.numbers import DASH, context_name, count, times
+from speculab.bench.report.numbers import DASH, context_name, count, num, pct, times
 from speculab.bench.report.plots import PLOT_FILES
-from speculab.bench.report.results import Context, Results
+from speculab.bench.report.results import Context, Results, acceptance_cell
 
 NEVER_PAYS = "never pays"
 ALWAYS_PAYS = "pays at every batch measured"
@@ -77,5 +78,25 @@ def context_blocks(results: Results) -> list[Block]:
             Heading(3, "Where speculation stops paying"),
             Table(["Method", *(f"stops paying at batch, context {context_name(results, c)}" for c in results.contexts)], rows, source),
             Image(PLOT_FILES["heatmap"], "Speedup over plain decoding by batch size and context length"),
+            *acceptance_by_context(results, spec),
         ]
     return blocks
+
+
+def acceptance_by_context(results: Results, spec: list[str]) -> list[Block]:
+    """Each drafting label's τ and acceptance rate at each context, and its τ at the longest over the shortest."""
+    rows = []
+    for lab in spec:
+        cells = [acceptance_cell(view, lab) for view in results.views]
+        taus = [c.get("tau") for c in cells]
+        ratio = taus[-1] / taus[0] if taus[0] and taus[-1] is not None else None
+        batches = sorted({c["batch_size"] for c in cells if "batch_size" in c})
+        shown = [f"{num(c['tau'], 2)} ({pct(c.get('acceptance_rate'))})" if c.get("tau") is not None else DASH for c in cells]
+        rows.append([results.short(lab), ", ".join(map(str, batches)) or DASH, *shown, num(ratio, 2) if ratio is not None else DASH])
+    first, last = (context_name(results, c) for c in (results.contexts[0], results.contexts[-1]))
+    headers = ["Method", "batch", *(f"τ (acceptance rate), context {context_name(results, c)}" for c in results.contexts)]
+    source = (
+        "`cell.tau` and `cell.acceptance_rate` of each label's smallest measured batch size at each context; the last "
+        f"column: τ at {last} over τ at {first}"
+    )
+    return [Heading(3, "Acceptance by context length"), Table([*headers, f"τ {last} / τ {first}"], rows, source)]

@@ -179,3 +179,21 @@ def test_a_context_asked_for_but_never_recorded_is_said(tmp_path):
     assert paragraphs(blocks)[0].endswith("Asked for, with no cell recorded: 16,384.")
     crossover = rows(tables(blocks)[0])
     assert crossover["eagle"]["stops paying at batch, context 4.1k"] == "—"  # no baseline at 4.1k: no speedup
+
+
+def test_acceptance_by_context_gives_each_drafters_tau_at_each_context_and_their_ratio(tmp_path):
+    records = context_records()
+    for r in records:  # the draft model drafts worse after the long prompts; EAGLE as well as before
+        if r.get("kind") == "cell" and r["label"] == DRAFT and r.get("context") == LONG:
+            r.update(tau=1.9, acceptance_rate=0.29)
+    blocks = section(report_blocks(write_results(tmp_path / "r.jsonl", records)), "Acceptance by context length")
+    table = rows(tables(blocks)[0])
+    assert table["draft"] == {
+        "Method": "draft",
+        "batch": "1",
+        "τ (acceptance rate), context 1.2k": "2.71 (58.4%)",
+        "τ (acceptance rate), context 4.1k": "1.90 (29.0%)",
+        "τ 4.1k / τ 1.2k": f"{1.9 / 2.71:.2f}",
+    }
+    assert table["eagle"]["τ 4.1k / τ 1.2k"] == "1.00" and "baseline" not in table
+    assert not has_section(report_blocks(write_results(tmp_path / "one.jsonl", matrix())), "Acceptance by context length")
