@@ -51,9 +51,9 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
         "--long-prompts",
         type=int,
         default=0,
-        help="also have the target answer this many agent-length prompts: task prompts after whole training-share "
-        "files, 2k-7.5k tokens in all (as the target's positions allow; what a coding agent sends; a drafter trained on short prompts alone drafts "
-        "worse there), kept in DATA_DIR-long",
+        help="also have the target answer this many agent-length prompts, as a coding agent sends them: task prompts "
+        "after whole training-share files, 2k-7.5k tokens in all (as far as the target's positions allow), kept in "
+        "DATA_DIR-long; a drafter trained on short prompts alone drafts worse after long ones",
     )
 
 

@@ -41,6 +41,9 @@ from speculab.sampling import SamplingParams
 from speculab.speculative.proposer import Proposer
 from speculab.train.training_prompts import CodeSpec, DataSpec, draw_code_windows, draw_prompts, files_read
 
+SLOT_POSITIONS = 16 * 4096  # the KV positions an answering engine holds: 16 slots of prompts up to 4k, fewer for longer
+# ones (8 for agent-length prompts near 8k: about 3 GB of fp32 KV cache on the embedded model)
+
 
 def read_sequences(path: Path) -> list[dict]:
     return read_records(path)  # a line cut by a kill is dropped and regenerated on resume
@@ -144,7 +147,8 @@ def generate_sequences(
     """Answer the training prompts with the target, recording its features; resumes from ``out_dir``.
 
     Continuous batching: every prompt is queued at once and the engine admits the next one into a slot as
-    soon as an answer ends, so ``batch_size`` slots stay busy until the queue runs dry (answers differ in
+    soon as an answer ends, so ``batch_size`` slots (fewer where the prompts are so long that more would hold over
+    ``SLOT_POSITIONS``) stay busy until the queue runs dry (answers differ in
     length; a fixed group would wait for its longest). Answers are stored in shards of ``shard_size`` as they
     finish; a killed run loses at most the answers in flight. ``prompts``: ``draw_prompts(tokenizer, spec)``
     when the caller has drawn them already.
@@ -162,7 +166,8 @@ def generate_sequences(
         return sorted(done, key=lambda r: r["id"])
     recorder = FeatureRecorder(feature_layers)
     max_len = sequence_length(max(len(p["prompt_ids"]) for p in prompts), spec.response_tokens, recorder)
-    engine = Engine(loaded.model, max_batch=batch_size, max_seq_len=max_len, stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
+    slots = max(1, min(batch_size, SLOT_POSITIONS // max_len))
+    engine = Engine(loaded.model, max_batch=slots, max_seq_len=max_len, stop_ids=loaded.tokenizer.stop_ids, proposer=recorder)
     asked = {engine.add_request(p["prompt_ids"], params).id: (p, params) for p, params in todo}
     finished = []
     with tqdm(total=len(prompts), initial=len(done), desc="self-distillation", unit="prompt") as bar:

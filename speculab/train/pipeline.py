@@ -44,8 +44,23 @@ def _answered_prompts(loaded, spec, data_dir: Path) -> list[dict]:
         raise ValueError(f"{data_dir} holds data made with other settings ({spec_file}); pass another --data-dir")
     data_dir.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(dataclasses.asdict(spec)))
-    # agent-length prompts hold up to 8k positions each: half the slots keep their KV cache near 3 GB on the embedded model
-    return generate_sequences(loaded, spec, data_dir, batch_size=8 if spec.kind == "long" else 16)
+    return generate_sequences(loaded, spec, data_dir)
+
+
+def _specs_and_folders(args, loaded) -> tuple[list[DataSpec], list[Path]]:
+    """Each answered prompt set and its data folder: one per prompt seed, then the agentic edits and the agent-length
+    prompts (``--agentic-prompts``, ``--long-prompts``), each in a folder of its own beside --seed's."""
+    seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
+    specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
+    folders = [_data_dir(args, loaded, spec.seed) for spec in specs]
+    base = _data_dir(args, loaded, args.seed)
+    if getattr(args, "agentic_prompts", 0):  # agentic edits on training-share files
+        specs.append(DataSpec(args.agentic_prompts, AGENTIC_TOKENS, args.response_tokens, seed=args.seed, kind="agentic"))
+    if getattr(args, "long_prompts", 0):  # task prompts after whole training-share files: agent-length contexts
+        context = long_context(loaded.model.config.max_position_embeddings, args.response_tokens)
+        specs.append(DataSpec(args.long_prompts, response_tokens=args.response_tokens, seed=args.seed, kind="long", context_tokens=context))
+    folders += [base.with_name(f"{base.name}-{spec.kind}") for spec in specs[len(folders) :]]
+    return specs, folders
 
 
 def _data(args, loaded, features: bool = False):
@@ -54,20 +69,7 @@ def _data(args, loaded, features: bool = False):
     An item is (token ids, final hidden states, where the answer starts), and for an EAGLE-3 head trained on
     cached features (``--features cached``) the three layers' inputs as a fourth."""
 
-    seeds = list(dict.fromkeys(args.prompt_seeds or [args.seed]))
-    specs = [DataSpec(num_prompts=args.num_prompts, response_tokens=args.response_tokens, seed=s) for s in seeds]
-    folders = [_data_dir(args, loaded, spec.seed) for spec in specs]
-    if getattr(args, "agentic_prompts", 0):  # agentic edits on training-share files, a folder of their own
-        agentic = DataSpec(args.agentic_prompts, AGENTIC_TOKENS, args.response_tokens, seed=args.seed, kind="agentic")
-        base = _data_dir(args, loaded, args.seed)
-        specs.append(agentic)
-        folders.append(base.with_name(f"{base.name}-agentic"))
-    if getattr(args, "long_prompts", 0):  # task prompts after whole training-share files: agent-length contexts
-        context = long_context(loaded.model.config.max_position_embeddings, args.response_tokens)
-        long = DataSpec(args.long_prompts, response_tokens=args.response_tokens, seed=args.seed, kind="long", context_tokens=context)
-        base = _data_dir(args, loaded, args.seed)
-        specs.append(long)
-        folders.append(base.with_name(f"{base.name}-long"))
+    specs, folders = _specs_and_folders(args, loaded)
     parts = [(folder, _answered_prompts(loaded, spec, folder)) for spec, folder in zip(specs, folders)]
     sequences = [s for _, records in parts for s in records]
     # Windows avoid the files of --seed's prompts (what they were drawn against when first made).
