@@ -7,8 +7,8 @@ writes another tree laid out like this repository (the tests' synthetic ones).
 
 Knows: where the results are: ``benchmarks/results/bench-matrix/<cpu-kind>-<YYYY-MM-DD>/results.jsonl``, a folder
 named exactly so; a kind's table comes from its latest such folder by date. A folder with anything after the date
-holds a superseded run and is not tabled, except that the latest ``<kind>-<date>-reruns/`` (or ``-rerun-pair/``), two
-runs or more of one commit each in a subfolder, gives the run-to-run spread (at each batch size, the largest ratio of a
+holds a superseded run and is not tabled, except that the latest ``<kind>-<date>-reruns/`` (or ``-rerun-pair/``; of
+one day's, the one whose runs started last), two runs or more of one commit each in a subfolder, gives the run-to-run spread (at each batch size, the largest ratio of a
 method's speedup between two of them, less 1; where no kind has one, the figure documented before is stated). The CPU kinds' names and descriptions (``KINDS``; an unknown
 kind is shown by its folder name). A column is a method's name (``config.method_params[label]["name"]``, else the
 label's) plus ``-auto`` for ``policy=auto`` or ``-<file stem>`` for a policy file, whatever else the label spells
@@ -311,9 +311,12 @@ def rerun_spread(root: Path) -> str:
     """Each batch size's largest spread of a method's speedup over the runs of the latest reruns folder: the largest
     ratio between two of its runs, less 1."""
     matrix = root / MATRIX
-    sets = sorted((m["date"], m["kind"], p.name) for p in (matrix.iterdir() if matrix.is_dir() else []) if (m := RERUNS.match(p.name)))
-    for date, kind, name in reversed(sets):
-        runs = [load_results(f) for f in sorted((matrix / name).glob("*/results.jsonl"))]
+    sets = []  # (date, the last of its runs' starts, kind, folder): two sets of one day ordered by when they ran
+    for p in matrix.iterdir() if matrix.is_dir() else []:
+        if m := RERUNS.match(p.name):
+            runs = [load_results(f) for f in sorted(p.glob("*/results.jsonl"))]
+            sets.append((m["date"], max((str((r.run or {}).get("started", "")) for r in runs), default=""), m["kind"], p.name, runs))
+    for date, _, kind, name, runs in sorted(sets, reverse=True):
         worst = _spread(runs) if len(runs) >= 2 else {}
         if worst:
             parts = ", ".join(f"{100 * w:.1f}% at batch {batch}" for batch, w in sorted(worst.items()))

@@ -340,6 +340,19 @@ def proposer_options(spec: MethodSpec, loaded) -> dict:
     return options if policy is None else options | {POLICY: policy}
 
 
+def proposer_options_of(specs: list[MethodSpec], loaded) -> dict[str, dict]:
+    """Each spec's ``proposer_options`` by label, a drafter loaded once for the specs that differ only in their policy:
+    they share its weights, and so its prompt state in a prompt cache (a proposer's ``prompt_cache_key``)."""
+    drafters, options_of = {}, {}
+    for spec in specs:
+        same = (spec.name, tuple(sorted((k, str(v)) for k, v in spec.params.items() if k != POLICY)))
+        if same not in drafters:
+            drafters[same] = spec.method.options(spec.params, loaded)
+        policy = speculation_policy(spec, loaded)
+        options_of[spec.label] = drafters[same] if policy is None else drafters[same] | {POLICY: policy}
+    return options_of
+
+
 def new_proposer(spec: MethodSpec, options: dict):
     """A fresh proposer for one run, under its speculation policy when it has one."""
     options = dict(options)

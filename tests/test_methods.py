@@ -12,6 +12,7 @@ from speculab.methods import (
     chain_length,
     draft_nodes,
     make_proposer,
+    new_proposer,
     parse_method,
     require_own_drafter,
     shipped_drafter_key,
@@ -162,3 +163,24 @@ def test_eagle3_draft_vocab_cuts_the_heads_own_vocabulary(tmp_path):
     assert len(proposer_options(parse_method(f"eagle3:eagle={head},draft_vocab=none"), loaded)["head"].d2t) == 64
     (head / "draft_vocab.safetensors").unlink()  # auto without a ranking: every row
     assert len(proposer_options(parse_method(f"eagle3:eagle={head}"), loaded)["head"].d2t) == 64
+
+
+def test_specs_that_differ_only_in_their_policy_share_one_loaded_drafter(tmp_path):
+    from transformers import AutoConfig
+
+    from speculab.methods import POLICY, proposer_options_of
+    from speculab.runtime import load
+    from tests.helpers import save_tiny_checkpoint, write_eagle3_head
+
+    path = save_tiny_checkpoint(tmp_path / "target", seed=1)
+    loaded = load(path, "float32", "cpu")
+    head = write_eagle3_head(tmp_path / "head", AutoConfig.from_pretrained(path), draft_vocab_size=64)
+    specs = [parse_method(f"eagle3:eagle={head},policy={p}") for p in ("shared:4", "shared:2")]
+    specs.append(parse_method(f"eagle3:eagle={head},policy=shared:4,num_steps=2"))
+    options_of = proposer_options_of(specs, loaded)
+    first, second, other = (options_of[s.label] for s in specs)
+    assert first["head"] is second["head"]  # one head, so one prompt state in a prompt cache
+    assert first[POLICY] != second[POLICY]
+    assert other["head"] is not first["head"]
+    proposers = [new_proposer(s, options_of[s.label]) for s in specs[:2]]
+    assert proposers[0].prompt_cache_key == proposers[1].prompt_cache_key

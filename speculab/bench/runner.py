@@ -34,7 +34,7 @@ from speculab.bench.settings import BenchConfig, RunContext, RunState, run_state
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.engine import sequence_length
 from speculab.free_memory import gib
-from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options
+from speculab.methods import MethodSpec, drafter_path, new_proposer, proposer_options_of
 from speculab.models.linear import linear_kind
 from speculab.models.memory import machine_memory_bytes
 from speculab.prompt_cache import PromptCache
@@ -61,7 +61,7 @@ def run_bench(cfg: BenchConfig, out: Path, resume: bool = False, progress: bool 
         # an auto row (policy=auto) with no tuned policy here has one tuned now, before any cell is timed
         tuned_now = tune_untuned(specs, target.loaded, cfg.workload, progress, tuner) if target is not None else {}
         handed = tuner.caches if tuned_now else {}  # the tune's prompt caches: its prompts are the run's first ones
-        options_of = {s.label: proposer_options(s, target.loaded if target else None) for s in specs}  # drafters loaded once
+        options_of = proposer_options_of(specs, target.loaded if target else None)  # each drafter loaded once
         loaded = target.loaded if target else reference() if cfg.contexts != (None,) else None
         prompts = PromptsByContext.build(cfg, items, loaded, _room(cfg, specs, options_of))
         warm_up = partial(in_process.warm_up, specs=specs, options_of=options_of, progress=progress)

@@ -195,6 +195,17 @@ def test_the_spread_of_three_reruns_is_the_widest_between_any_two(root):
     assert "3 `make bench` runs of one commit" in block and f"{1.26 / 1.14 - 1:.1%} at batch 1" in block
 
 
+def test_of_two_rerun_sets_of_one_day_the_one_that_ran_last_gives_the_spread(root):
+    write_run(root, "testcpu-2026-01-02")
+    write_run(root, "testcpu-2026-01-02-reruns/a", started="2026-01-02T00:00:00+00:00")
+    write_run(root, "testcpu-2026-01-02-reruns/b", {**FACTORS, EAGLE: [1.26, 1.26, 1.26]}, started="2026-01-02T01:00:00+00:00")
+    write_run(root, "testcpu-2026-01-02-rerun-pair/a", started="2026-01-02T05:00:00+00:00")
+    write_run(root, "testcpu-2026-01-02-rerun-pair/b", {**FACTORS, EAGLE: [1.14, 1.14, 1.14]}, started="2026-01-02T06:00:00+00:00")
+    block = reference.render(root)
+    assert "`benchmarks/results/bench-matrix/testcpu-2026-01-02-rerun-pair/`" in block
+    assert f"{1.2 / 1.14 - 1:.1%} at batch 1" in block
+
+
 def test_without_a_rerun_pair_the_documented_spread_is_stated(root):
     write_run(root, "testcpu-2026-01-02")
     assert reference.DOCUMENTED_SPREAD in reference.render(root)
