@@ -1,7 +1,9 @@
 """The decoding engine: requests in batch slots, one step at a time.
 
 Knows: a fixed number of cache slots (the maximum batch); requests join a free
-slot at any step (prefill gives their first token) and leave when they stop,
+slot at any step (prefill gives their first token: the whole prompt in one step,
+or a chunk a step beside the running requests, ``chunked_prefill.py``, and with a
+prompt cache only what it does not hold) and leave when they stop,
 so a server can drive it with continuous batching through ``add_request`` and
 ``step``. Running requests are kept in slots ``0..n-1`` (a finished request's
 slot is filled by moving the last one down), so a batch reads the cache as a
@@ -26,10 +28,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from speculab.chunked_prefill import ChunkRunner, PrefillJob, StepShare, target_features
 from speculab.free_memory import require
 from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import ForwardBatch, Transformer, causal_batch, prefill
+from speculab.models.llama import ForwardBatch, Transformer, causal_batch
 from speculab.position_noise import PositionNoise, coupled_tokens
 from speculab.prompt_cache import CachedPrompt, PromptCache
 from speculab.request import Request, TokenEvent
@@ -37,8 +40,6 @@ from speculab.sampling import SamplingParams, random_seed, sample_rows, sampling
 from speculab.speculative.proposer import Proposer, ProposeState
 from speculab.speculative.tree import VerifyTree
 from speculab.speculative.verify import verify_by_rejection, verify_coupled, verify_greedy
-
-PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
 
 
 def engine_seq_len(model: Transformer, max_seq_len: int | None) -> int:
@@ -69,6 +70,7 @@ class Engine:
         proposer: Proposer | None = None,
         prompt_cache: PromptCache | None = None,
         prefills_per_step: int | None = None,
+        chunked_prefill: StepShare | None = None,
         token_logits: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ):
@@ -91,6 +93,11 @@ class Engine:
         # None: a step admits every waiting request that fits (a benchmark's batch starts full). A server sets 1, so
         # a running batch and the first arrivals get their tokens after one prefill, not after all of them.
         self.prefills_per_step = prefills_per_step
+        # None: a prompt's whole prefill runs in the step that admits it; else how much of a waiting prompt each step
+        # runs beside the running requests (chunked_prefill.py: a token budget, or chunks paced to the decode)
+        self.chunked_prefill = chunked_prefill
+        self.prefilling: PrefillJob | None = None  # the prompt on its way into a slot
+        self._chunks = ChunkRunner(model, self.cache, self.proposer, self.proposer.needs_features or prompt_cache is not None)
         # True: each TokenEvent carries the logits its tokens were chosen from (a benchmark's margins, bench/margins.py)
         self.token_logits = token_logits
         # the time its requests' admissions and tokens are stamped with: a benchmark whose engines take turns gives
@@ -134,47 +141,142 @@ class Engine:
         request.finish_reason = "abort"
         if request in self.waiting:
             self.waiting.remove(request)
+        elif self.prefilling is not None and self.prefilling.request is request:
+            self._drop_job()
         elif request.slot is not None:
             self._release_finished()
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.prefilling)
 
     # -- the loop -------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
-        """Admit waiting requests into free slots (prefill), then decode one token for the others."""
-        events = self._decode_running() if self.running else []
+        """Decode one step for the running requests, then admit waiting ones into free slots (their prefill: whole,
+        or under a prefill budget the chunks the step has room for)."""
+        began = time.perf_counter()  # chunked prefill paces itself by the decode's own seconds, whatever the clock
+        events, used = self._decode_running() if self.running else ([], 0)
+        if self.chunked_prefill is not None:
+            if self.running:
+                self.chunked_prefill.decoded(time.perf_counter() - began)
+            events += self._prefill_in_chunks(used)
         admitted = 0
-        while self.waiting and len(self.running) < self.max_batch and admitted < (self.prefills_per_step or self.max_batch):
+        while (
+            self.chunked_prefill is None
+            and self.waiting
+            and len(self.running) < self.max_batch
+            and admitted < (self.prefills_per_step or self.max_batch)
+        ):
             events.append(self._prefill(self.waiting.popleft()))
             admitted += 1
         self._release_finished()
         return events
 
+    # -- prefill ----------------------------------------------------------------------
     def _prefill(self, request: Request) -> TokenEvent:
+        """The request's whole prompt into the next free slot, now; it joins the running requests with its first token."""
+        job = self._start_job(request)
+        self.prefilling = job
+        try:
+            while not job.finished:
+                self._chunks.advance(job, len(request.prompt_ids))
+        except Exception as err:  # noqa: BLE001  one request's prefill failing must not fail the batch it joins
+            self._drop_job()
+            return self._fail(request, err)
+        self.prefilling = None
+        return self._finish_job(job)
+
+    def _prefill_in_chunks(self, used: int) -> list[TokenEvent]:
+        """Run waiting prompts, the head of the queue first, a chunk at a time, as far as ``chunked_prefill`` gives
+        room beside the ``used`` verify tokens of this step; each prompt that is whole joins the running requests with
+        its first token."""
+        events, room, pace = [], None, self.chunked_prefill
+        while room is None or room > 0:
+            if self.prefilling is None:
+                if not self.waiting or len(self.running) >= self.max_batch:
+                    break
+                self.prefilling = self._start_job(self.waiting.popleft())
+            job = self.prefilling
+            if room is None:
+                room = pace.room(used, len(job.request.prompt_ids) - job.done, bool(self.running))
+            try:
+                began, done = time.perf_counter(), job.done
+                room -= self._chunks.advance(job, room)
+                pace.prefilled(job.done - done, time.perf_counter() - began)  # the target's tokens (a drafter's cost less)
+            except Exception as err:  # noqa: BLE001  one prompt failing must not fail the running requests
+                self._drop_job()
+                events.append(self._fail(job.request, err))
+                continue
+            if job.finished:
+                self.prefilling = None
+                events.append(self._finish_job(job))
+        return events
+
+    def _start_job(self, request: Request) -> PrefillJob:
+        """The request's prompt in the slot after the running requests', with whatever of it the prompt cache holds: the
+        whole prompt (its KV, logits and features), or the longest head another cached prompt shares (its KV and
+        features, and the drafter's share of that head where the cached prompt kept its drafter's state; else the
+        drafter is handed those positions first, as the target's next chunks are run)."""
         request.admitted_time = self.clock()
-        request.slot = len(self.running)
+        job = PrefillJob(request, slot=len(self.running))
+        pc, ids = self.prompt_cache, request.prompt_ids
+        if pc is None:
+            return job
+        key = pc.key(ids, self.proposer.feature_layers)
+        job.hit = pc.get(key)
+        if job.hit is not None:
+            pc.hits += 1
+            self.cache.load(job.slot, job.hit.kv)
+            job.done = job.fed = request.cached_tokens = len(ids)
+            job.logits, job.features = job.hit.logits, job.hit.features
+            return job
+        head, shared = pc.longest_head(key)
+        if head is not None:
+            self.cache.load(job.slot, head.kv[:, :, :shared])
+            pc.prefix_hits, pc.reused_tokens = pc.prefix_hits + 1, pc.reused_tokens + shared
+            job.done, job.features, request.cached_tokens = shared, head.features[:shared], shared
+            state = head.drafter_states.get(self.proposer.prompt_cache_key)
+            job.fed = self.proposer.admit_head(job.slot, state, shared) if state is not None else 0
+        return job
+
+    def _finish_job(self, job: PrefillJob) -> TokenEvent:
+        """A whole prompt joins the running requests: in the slot after theirs (moved there if requests left while it
+        prefilled), kept in the prompt cache, handed to the proposer, its first token sampled."""
+        request, slot = job.request, len(self.running)
+        if job.slot != slot:
+            self.cache.move(job.slot, slot)
+            self.proposer.move(job.slot, slot)
+        request.slot = slot
         self.running.append(request)
         try:
-            return self._prefill_admitted(request)
+            return self._first_token(job)
         except Exception as err:  # noqa: BLE001  one request's prefill failing must not fail the batch it joins
             return self._fail(request, err)
+
+    def _first_token(self, job: PrefillJob) -> TokenEvent:
+        request, pc = job.request, self.prompt_cache
+        entry = job.hit
+        if pc is not None and entry is None:
+            pc.misses += 1
+            key = pc.key(request.prompt_ids, self.proposer.feature_layers)
+            entry = pc.put(key, CachedPrompt(self.cache.export(request.slot), job.logits.clone(), job.features))
+        if request.noise is not None:
+            token = coupled_tokens(sampling_probs(job.logits[None], request.params), request.noise.at([0]))[0]
+        else:
+            token = sample_rows(job.logits[None], [request.params], [request.generator])[0]
+        self._admit(request.slot, request, job.features if self.proposer.needs_features else None, entry)
+        return self._emit(request, [token], job.logits[None] if self._keeps_logits(request) else None)
 
     def _fail(self, request: Request, err: Exception) -> TokenEvent:
         """End one request with finish_reason "error"; its slot is freed with the finished ones."""
         request.finish_reason, request.error = "error", f"{type(err).__name__}: {err}"
         return TokenEvent(request, [], True)
 
-    def _prefill_admitted(self, request: Request) -> TokenEvent:
-        slot = request.slot
-        logits, features, cached = self._prefill_slot(slot, request.prompt_ids)
-        if request.noise is not None:
-            token = coupled_tokens(sampling_probs(logits[None], request.params), request.noise.at([0]))[0]
-        else:
-            token = sample_rows(logits[None], [request.params], [request.generator])[0]
-        self._admit(slot, request, features if self.proposer.needs_features else None, cached)
-        return self._emit(request, [token], logits[None] if self._keeps_logits(request) else None)
+    def _drop_job(self) -> None:
+        """The prompt on its way in leaves: its slot's KV and the drafter's share of it are freed."""
+        job, self.prefilling = self.prefilling, None
+        self.cache.free(job.slot)
+        self.proposer.release(job.slot)
 
     def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
         """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""
@@ -185,35 +287,10 @@ class Engine:
         self.proposer.admit(slot, request, features)
         if key is not None:
             cached.drafter_states[key] = self.proposer.prompt_state(slot)
+            self.prompt_cache.evict()  # the entry grew by the drafter's state
 
-    def _prefill_slot(self, slot: int, prompt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None, CachedPrompt | None]:
-        """Fill ``slot`` with the prompt's KV; returns the last logits [vocab], the features [len, width]
-        and the prompt cache's entry (None without a prompt cache)."""
-        pc, layers = self.prompt_cache, self.proposer.feature_layers
-        key = pc.key(prompt_ids, layers) if pc is not None else None
-        if pc is not None and key in pc.entries:
-            pc.hits += 1
-            hit = pc.entries[key]
-            self.cache.load(slot, hit.kv)
-            return hit.logits, hit.features, hit
-        head, shared = pc.longest_head(key) if pc is not None else (None, 0)
-        if head is not None:
-            self.cache.load(slot, head.kv[:, :, :shared])
-            pc.prefix_hits, pc.reused_tokens = pc.prefix_hits + 1, pc.reused_tokens + shared
-        outputs = prefill(self.model, self.cache, slot, prompt_ids, layers, PREFILL_CHUNK, start=shared)
-        logits = outputs[-1].logits[0, -1]
-        keep = self.proposer.needs_features or pc is not None
-        features = torch.cat([self._features(o)[0] for o in outputs]) if keep else None
-        if head is not None and features is not None:
-            features = torch.cat([head.features[:shared], features])
-        if pc is None:
-            return logits, features, None
-        pc.misses += 1
-        entry = pc.entries[key] = CachedPrompt(self.cache.export(slot), logits.clone(), features)
-        return logits, features, entry
-
-    def _decode_running(self) -> list[TokenEvent]:
-        """One propose → verify → commit step for every running request."""
+    def _decode_running(self) -> tuple[list[TokenEvent], int]:
+        """One propose → verify → commit step for every running request; its events and the tokens its forward held."""
         reqs = self.running
         drafts = self.proposer.propose(ProposeState(reqs))
         trees = [VerifyTree.from_draft(r.output_ids[-1], d) for r, d in zip(reqs, drafts)]
@@ -227,7 +304,7 @@ class Engine:
                 events.append(self._commit_row(r, tree, logits[row], None if features is None else features[row]))
             except Exception as err:  # noqa: BLE001  one request's verification failing must not fail the others
                 events.append(self._fail(r, err))
-        return events
+        return events, tokens.numel()
 
     def _commit_row(
         self,
@@ -258,8 +335,7 @@ class Engine:
 
     def _features(self, out) -> torch.Tensor:
         """[batch, q, width]: the final hidden states, or the proposer's chosen layers' inputs side by side."""
-        layers = self.proposer.feature_layers
-        return torch.cat([out.captured[i] for i in layers], dim=-1) if layers else out.hidden
+        return target_features(out, self.proposer.feature_layers)
 
     def _verify_batch(self, trees: list[VerifyTree]) -> tuple[torch.Tensor, ForwardBatch]:
         """Tokens [batch, q] and the forward batch verifying every row's tree after its context.

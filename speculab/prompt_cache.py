@@ -30,28 +30,52 @@ class PromptCache:
     begins with the same tokens as a cached one (the same files before another request, as agents send them) takes
     that head's KV and features and runs only the tokens after it (``prefix_hits``, ``reused_tokens``); its drafter
     prefills the whole prompt. Keyed by the prompt's token ids and the feature layers; shared by engines of one
-    target. Every entry stays until the cache is dropped (the benchmark's prompts are few and known).
+    target. With ``max_bytes`` (a server's, whose prompts never end) the least recently used entries leave once the
+    cached bytes pass it; none, and every entry stays until the cache is dropped (the benchmark's prompts are few and
+    known). An entry is copied into a slot when a request takes it, so one that leaves never leaves from under a
+    running request.
     """
 
-    def __init__(self):
-        self.entries: dict[tuple, CachedPrompt] = {}
-        self.hits = self.misses = self.prefix_hits = self.reused_tokens = 0
+    def __init__(self, max_bytes: int | None = None):
+        self.entries: dict[tuple, CachedPrompt] = {}  # least recently used first
+        self.max_bytes = max_bytes
+        self.hits = self.misses = self.prefix_hits = self.reused_tokens = self.evicted = 0
 
     def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
         return (tuple(prompt_ids), feature_layers)
+
+    def get(self, key: tuple) -> CachedPrompt | None:
+        """The entry of exactly ``key``'s prompt, now the most recently used; None where there is none."""
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            self.entries[key] = entry
+        return entry
+
+    def put(self, key: tuple, entry: CachedPrompt) -> CachedPrompt:
+        """Keep ``entry`` as the most recently used, the least recently used leaving past ``max_bytes``."""
+        self.entries[key] = entry
+        self.evict()
+        return entry
+
+    def evict(self) -> None:
+        """The least recently used entries leave until the cached bytes are within ``max_bytes`` (an entry that alone
+        passes it leaves too)."""
+        while self.max_bytes is not None and self.entries and self.nbytes > self.max_bytes:
+            del self.entries[next(iter(self.entries))]
+            self.evicted += 1
 
     def longest_head(self, key: tuple) -> tuple[CachedPrompt | None, int]:
         """The cached prompt (same feature layers) that shares the most leading tokens with ``key``'s, and how many
         it shares: at most all but the last, whose logits a prefill must give."""
         ids, layers = key
         best, shared = None, 0
-        for (cached_ids, cached_layers), entry in self.entries.items():
+        for cached_ids, cached_layers in self.entries:
             if cached_layers != layers:
                 continue
             n = _shared_head(cached_ids, ids, len(ids) - 1)
             if n > shared:
-                best, shared = entry, n
-        return best, shared
+                best, shared = (cached_ids, cached_layers), n
+        return (self.get(best), shared) if best is not None else (None, 0)
 
     @property
     def nbytes(self) -> int:

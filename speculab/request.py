@@ -33,6 +33,7 @@ class Request:
     noise: PositionNoise | None = None  # coupled sampling's position-keyed noise; its seed is the request's in force
     arrival_time: float = field(default_factory=time.perf_counter)
     admitted_time: float | None = None  # when it entered a slot (its prefill began)
+    cached_tokens: int = 0  # leading prompt tokens a prompt cache held: their prefill was not run
     token_times: list[float] = field(default_factory=list)  # when each output token was produced
     logprobs: list[TokenLogprob] = field(default_factory=list)  # each output token's, where asked (params.logprobs)
     stats: SpecStats = field(default_factory=SpecStats)

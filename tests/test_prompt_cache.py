@@ -16,3 +16,31 @@ def test_the_longest_head_is_the_cached_prompt_sharing_most_leading_tokens_less_
     assert cache.longest_head(cache.key([1, 2, 3, 4, 5], (3,))) == (second, 4)  # all but the last: its logits are needed
     assert cache.longest_head(cache.key([5, 6], (3,))) == (None, 0)
     assert cache.longest_head(cache.key([1, 2, 3, 4, 5, 6], ())) == (None, 0)  # other feature layers: another cache
+
+
+def _entry(n_bytes: int) -> CachedPrompt:
+    return CachedPrompt(torch.zeros(n_bytes // 4), torch.empty(0), torch.empty(0))
+
+
+def test_past_its_cap_the_least_recently_used_prompts_leave():
+    cache = PromptCache(max_bytes=3000)
+    a, b, c = (cache.key(ids, ()) for ids in ([1, 2], [3, 4], [5, 6]))
+    cache.put(a, _entry(1000))
+    cache.put(b, _entry(1000))
+    cache.put(c, _entry(1000))
+    assert cache.get(a) is not None  # a is now the most recently used
+    cache.longest_head(cache.key([3, 4, 9], ()))  # and b, taken as a head, after it
+    cache.put(cache.key([7], ()), _entry(1000))
+    assert list(cache.entries) == [a, b, cache.key([7], ())] and cache.evicted == 1 and cache.nbytes == 3000
+    cache.entries[b].drafter_states["draft"] = torch.zeros(125)  # an entry grows by its drafter's state (500 bytes)
+    cache.evict()
+    assert list(cache.entries) == [b, cache.key([7], ())] and cache.nbytes <= 3000
+
+
+def test_an_entry_larger_than_the_cap_is_not_kept_and_none_leave_without_a_cap():
+    capped, unbounded = PromptCache(max_bytes=100), PromptCache()
+    kept = capped.put(capped.key([1], ()), _entry(400))
+    assert kept.kv.numel() == 100 and not capped.entries and capped.evicted == 1  # handed back, not cached
+    for i in range(50):
+        unbounded.put(unbounded.key([i], ()), _entry(4000))
+    assert len(unbounded.entries) == 50 and unbounded.evicted == 0

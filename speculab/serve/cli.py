@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 
+DEFAULT_PREFIX_CACHE_GIB = 2.0  # the prompt cache's cap: about ten 4k-token prompts of the embedded model in fp32
+
 
 def add_serve_parser(sub) -> None:
     from speculab.policy.table import add_policy_flag
@@ -36,8 +38,26 @@ def add_serve_parser(sub) -> None:
         "--prefills-per-step",
         type=int,
         default=0,
-        help="prompts admitted per engine step; 0 (the default, as `speculab bench`): every waiting one that "
-        "fits, the most throughput; 1: running requests and early arrivals wait for one prefill, not all",
+        help="with --max-num-batched-tokens 0, whole prompts admitted per engine step; 0 (the default, as `speculab "
+        "bench`): every waiting one that fits, the most throughput; 1: running requests wait for one prefill, not all",
+    )
+    s.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="tokens an engine step runs (vLLM's name): the running requests' verify tokens first, a waiting prompt's "
+        "prefill chunk in the rest (at least a quarter); smaller: steadier streams, later first tokens. Default: each "
+        "chunk sized to cost about 0.6 of a decode step, measured as the server runs (the streams' gaps "
+        "within about twice their own); 0: each prompt's whole prefill in the step that admits it, "
+        "--prefills-per-step at a time",
+    )
+    s.add_argument(
+        "--prefix-cache-gib",
+        type=float,
+        default=DEFAULT_PREFIX_CACHE_GIB,
+        help="memory for prompts kept after their prefill: a request that resends one (an agent's next turn resends "
+        "the conversation so far) takes the longest cached head's KV and prefills only the rest; the least recently "
+        f"used leave past the cap (default {DEFAULT_PREFIX_CACHE_GIB:g} GiB; 0: none kept)",
     )
     s.add_argument(
         "--api-key",
@@ -60,9 +80,11 @@ def build_server(args: argparse.Namespace):
     """The FastAPI app for these arguments, its model and drafter loaded; (app, info, worker)."""
     import speculab
     from speculab import runtime
+    from speculab.chunked_prefill import PacedChunks, TokenBudget
     from speculab.engine import Engine, engine_bytes
-    from speculab.free_memory import require
+    from speculab.free_memory import GIB, require
     from speculab.methods import new_proposer, parse_method, proposer_options, require_own_drafter, with_policy
+    from speculab.prompt_cache import PromptCache
     from speculab.redact import redact_argv
     from speculab.serve.app import build_app
     from speculab.serve.limits import DEFAULT_MAX_BODY_BYTES
@@ -71,24 +93,36 @@ def build_server(args: argparse.Namespace):
     from speculab.serve.worker import EngineWorker
 
     max_body = args.max_body_bytes if args.max_body_bytes is not None else DEFAULT_MAX_BODY_BYTES
-    if args.max_batch < 1 or args.max_queue < 0 or args.max_model_len < 2 or args.prefills_per_step < 0 or max_body < 1:
+    budget = args.max_num_batched_tokens  # None: chunks paced to the decode
+    if (
+        min(args.max_batch, max_body) < 1
+        or min(args.max_queue, args.prefills_per_step, budget or 0, args.prefix_cache_gib) < 0
+        or args.max_model_len < 2
+    ):
         raise ValueError(
-            "--max-batch and --max-body-bytes must be >= 1, --max-queue and --prefills-per-step >= 0, and --max-model-len >= 2"
+            "--max-batch and --max-body-bytes must be >= 1, --max-queue, --prefills-per-step, --max-num-batched-tokens "
+            "and --prefix-cache-gib >= 0, and --max-model-len >= 2"
         )
     spec = with_policy(parse_method(args.method), args.policy)
     if args.model is not None:
         require_own_drafter(spec, "{key}=PATH")
     loaded = runtime.load(args.model, args.dtype, args.device, args.kv_dtype)
     proposer = new_proposer(spec, proposer_options(spec, loaded))
-    needed = engine_bytes(loaded.model, args.max_batch, args.max_model_len, proposer)
-    require(needed, f"--max-batch {args.max_batch} x --max-model-len {args.max_model_len} ({spec.name})", loaded.model.norm.weight.device)
+    cap = int(args.prefix_cache_gib * GIB)
+    needed = engine_bytes(loaded.model, args.max_batch, args.max_model_len, proposer) + cap
+    what = f"--max-batch {args.max_batch} x --max-model-len {args.max_model_len} ({spec.name})" + (
+        f" + --prefix-cache-gib {args.prefix_cache_gib:g}" if cap else ""
+    )
+    require(needed, what, loaded.model.norm.weight.device)
     engine = Engine(
         loaded.model,
         args.max_batch,
         args.max_model_len,
         loaded.tokenizer.stop_ids,
         proposer,
+        PromptCache(cap) if cap else None,
         prefills_per_step=args.prefills_per_step or None,
+        chunked_prefill=PacedChunks() if budget is None else TokenBudget(budget) if budget else None,
     )
     name = args.served_model_name or loaded.path.name
     metrics = ServerMetrics(name)

@@ -95,6 +95,8 @@ class ServerMetrics:
         self.waiting = make(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Number of generation tokens processed.")
+        self.prefix_queries = make(Counter, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_hits = make(Counter, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
         self.success = make(Counter, "vllm:request_success", "Count of successfully processed requests.", ["finished_reason"])
         self.ttft = make(
             Histogram, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", buckets=TTFT_BUCKETS

@@ -200,6 +200,9 @@ class EngineWorker:
         m = self.metrics
         if handle._last_token_time is None:  # the prefill's token
             m.prompt_tokens.inc(len(request.prompt_ids))
+            if self.engine.prompt_cache is not None:
+                m.prefix_queries.inc(len(request.prompt_ids))
+                m.prefix_hits.inc(request.cached_tokens)
             m.ttft.observe(now - handle.arrival_time)
             m.queue.observe((request.admitted_time or now) - handle.arrival_time)
         elif token_ids:
@@ -232,5 +235,5 @@ class EngineWorker:
         self._send(handle, Output([], error=message))
 
     def _set_gauges(self) -> None:
-        self.metrics.running.set(len(self.engine.running))
+        self.metrics.running.set(len(self.engine.running) + (self.engine.prefilling is not None))  # vLLM counts a prefill as running
         self.metrics.waiting.set(len(self.engine.waiting))

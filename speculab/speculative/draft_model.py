@@ -60,8 +60,12 @@ class DraftModelProposer(Proposer):
         self.pending: list[list[int]] = [[] for _ in range(num_slots)]  # draft tokens fed after those
 
     # -- slots ------------------------------------------------------------------
+    def prefill_chunk(self, slot: int, prompt_ids: list[int], begin: int, end: int, features=None) -> None:
+        prefill(self.model, self.cache, slot, prompt_ids[:end], start=begin)
+
     def admit(self, slot: int, request, features=None) -> None:
-        prefill(self.model, self.cache, slot, request.prompt_ids)
+        # the positions the chunks ran are kept (a slot holds none between requests): the rest of the prompt is run
+        prefill(self.model, self.cache, slot, request.prompt_ids, start=self.cache.lengths[slot])
         self._start(slot, request)
 
     @property
@@ -74,6 +78,11 @@ class DraftModelProposer(Proposer):
     def admit_cached(self, slot: int, request, features, state: torch.Tensor) -> None:
         self.cache.load(slot, state)
         self._start(slot, request)
+
+    def admit_head(self, slot: int, state: torch.Tensor, shared: int) -> int:
+        held = min(shared, state.shape[2])  # position t holds token t's KV
+        self.cache.load(slot, state[:, :, :held])
+        return held
 
     def _start(self, slot: int, request) -> None:
         self.synced[slot], self.pending[slot] = len(request.prompt_ids), []

@@ -105,13 +105,19 @@ class EagleProposer(Proposer):
         self.features: list[list[Tensor]] = [[] for _ in range(num_slots)]  # target features not yet fed
 
     # -- slots ------------------------------------------------------------------
+    def prefill_chunk(self, slot: int, prompt_ids: list[int], begin: int, end: int, features: Tensor | None = None) -> None:
+        """Feed the chunk's (token, feature) pairs: each position's feature with the token after it, up to the prompt's
+        last position, whose feature waits for the first output token (``admit``)."""
+        last = min(end, len(prompt_ids) - 1)
+        if last > begin:
+            self._feed([(prompt_ids[begin + 1 : last + 1], features[: last - begin])], [slot])
+
     def admit(self, slot: int, request, features: Tensor | None = None) -> None:
-        """Feed the prompt's (token, feature) pairs now, alone: all but the last, which pairs the last
-        prompt feature with the first output token (sampled after the prefill, so unknown here)."""
-        self.cache.lengths[slot] = 0
-        n = len(request.prompt_ids)
-        if n > 1:
-            self._feed([(request.prompt_ids[1:], features[: n - 1])], [slot])
+        """Feed the prompt's (token, feature) pairs that ``prefill_chunk`` did not, alone: all but the last, which pairs
+        the last prompt feature with the first output token (sampled after the prefill, so unknown here)."""
+        fed, n = self.cache.lengths[slot], len(request.prompt_ids)  # the pairs the chunks fed; none between requests
+        if n - 1 > fed:
+            self._feed([(request.prompt_ids[fed + 1 :], features[fed : n - 1])], [slot])
         self.features[slot] = [features[n - 1 :]]
 
     @property
@@ -124,6 +130,13 @@ class EagleProposer(Proposer):
     def admit_cached(self, slot: int, request, features: Tensor | None, state: Tensor) -> None:
         self.cache.load(slot, state)
         self.features[slot] = [features[len(request.prompt_ids) - 1 :]]
+
+    def admit_head(self, slot: int, state: Tensor, shared: int) -> int:
+        # position t holds the pair (feature t, token t + 1): the head's last position pairs with a token past it
+        held = min(shared - 1, state.shape[2])
+        if held > 0:
+            self.cache.load(slot, state[:, :, :held])
+        return max(held, 0)
 
     def observe(self, slot: int, features: Tensor) -> None:
         self.features[slot].append(features)

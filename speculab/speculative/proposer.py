@@ -89,6 +89,12 @@ class Proposer:
     def propose(self, state: ProposeState) -> list[Draft]:
         return [Draft.empty() for _ in state.requests]
 
+    def prefill_chunk(self, slot: int, prompt_ids: list[int], begin: int, end: int, features: Tensor | None = None) -> None:
+        """The target ran prompt positions [begin, end) into ``slot`` (features: [end - begin, width] there, where
+        ``needs_features``): a proposer with a prompt state of its own may build it a chunk at a time here, so that a
+        long prompt's drafter prefill spreads over the steps the target's does. Chunks come in order from 0; ``admit``
+        then completes what they left (a slot holds nothing of a drafter's between requests)."""
+
     def admit(self, slot: int, request: RunningRequest, features: Tensor | None = None) -> None:
         """A request entered ``slot``; features: [prompt_len, hidden] the target's prefill hidden states."""
 
@@ -104,6 +110,11 @@ class Proposer:
     def admit_cached(self, slot: int, request: RunningRequest, features: Tensor | None, state: Any) -> None:
         """``admit`` from a cached ``prompt_state`` of the same prompt and drafter."""
         raise NotImplementedError
+
+    def admit_head(self, slot: int, state: Any, shared: int) -> int:
+        """``slot`` takes what a cached ``prompt_state`` of another prompt holds of their first ``shared`` (common)
+        positions; the prompt positions it then holds, from which ``prefill_chunk`` goes on (0: none, it starts over)."""
+        return 0
 
     def observe(self, slot: int, features: Tensor) -> None:
         """features: [accepted + 1, hidden] the target's hidden states at the kept path (root first)."""
@@ -141,6 +152,9 @@ class WrappedProposer(Proposer):
     def state_bytes(self, num_slots: int, max_seq_len: int) -> int:
         return self.inner.state_bytes(num_slots, max_seq_len)
 
+    def prefill_chunk(self, slot: int, prompt_ids: list[int], begin: int, end: int, features: Tensor | None = None) -> None:
+        self.inner.prefill_chunk(slot, prompt_ids, begin, end, features)
+
     def admit(self, slot: int, request: RunningRequest, features: Tensor | None = None) -> None:
         self.inner.admit(slot, request, features)
 
@@ -153,6 +167,9 @@ class WrappedProposer(Proposer):
 
     def admit_cached(self, slot: int, request: RunningRequest, features: Tensor | None, state: Any) -> None:
         self.inner.admit_cached(slot, request, features, state)
+
+    def admit_head(self, slot: int, state: Any, shared: int) -> int:
+        return self.inner.admit_head(slot, state, shared)
 
     def observe(self, slot: int, features: Tensor) -> None:
         self.inner.observe(slot, features)

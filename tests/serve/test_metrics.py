@@ -71,3 +71,23 @@ def test_counters_equal_the_per_response_stats(eagle_server):
     assert delta("vllm:request_success_total") == len(PROMPTS)
     assert delta("vllm:e2e_request_latency_seconds_count") == len(PROMPTS)
     assert after["vllm:num_requests_running"] == 0
+
+
+def test_an_agents_next_turn_hits_the_prefix_cache_and_the_counters_say_how_much(eagle_server):
+    # the next turn resends the conversation so far: its prompt extends the first one's, whose prefill the server kept
+    before = scrape(eagle_server.url)
+    first = [{"role": "user", "content": "Write a Python function that reverses a linked list."}]
+
+    def chat(messages):
+        body = {"model": MODEL, "messages": messages, "max_tokens": 24, "temperature": 0}
+        return httpx.post(f"{eagle_server.v1}/chat/completions", json=body, timeout=120).json()
+
+    one = chat(first)
+    answer = {"role": "assistant", "content": one["choices"][0]["message"]["content"]}
+    two = chat([*first, answer, {"role": "user", "content": "Now make it iterative."}])
+    after = scrape(eagle_server.url)
+    prompts = one["usage"]["prompt_tokens"], two["usage"]["prompt_tokens"]
+    queried = after["vllm:prefix_cache_queries_total"] - before.get("vllm:prefix_cache_queries_total", 0.0)
+    hit = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0.0)
+    assert queried == sum(prompts)
+    assert prompts[0] <= hit < sum(prompts)  # the second took at least the whole first prompt from the cache

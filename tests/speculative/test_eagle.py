@@ -271,7 +271,7 @@ def test_a_prompt_sharing_a_cached_head_prefills_only_the_rest_and_stays_identic
     differ from a whole prefill's; the outputs are those of no cache at all, with the EAGLE head reading the features."""
     from speculab.prompt_cache import PromptCache
 
-    monkeypatch.setattr("speculab.engine.PREFILL_CHUNK", 16)
+    monkeypatch.setattr("speculab.chunked_prefill.PREFILL_CHUNK", 16)
     head = load_eagle_head(write_eagle_head(tmp_path, hf_target.config), target)
     shared = prompts_of([45], seed=7)[0]
     prompts = [shared + tail for tail in prompts_of([9, 23, 2], seed=8)]

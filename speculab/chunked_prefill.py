@@ -1,0 +1,164 @@
+"""Chunked prefill: a prompt run into its slot a chunk at a time, in the steps of the requests already running.
+
+A long prompt so spreads over several steps while every running stream keeps emitting, and the drafter's own prompt
+state follows the same chunks (``Proposer.prefill_chunk``: an EAGLE head's KV from each chunk's features, a draft
+model's KV), so no step runs a whole prompt through the drafter either. How much of a prompt a step runs is the
+engine's ``chunked_prefill``:
+- ``TokenBudget(n)``: vLLM's ``max_num_batched_tokens``. The running requests' verify tokens (root and draft nodes, as
+  the step's forward holds them) count first, and the prompt at the head of the queue takes the rest, never less than
+  a quarter of the budget, so that a prompt always advances however many streams run.
+- ``PacedChunks()``: each chunk sized to cost about ``share`` of a decode step, both measured as the engine runs (an
+  average of the last steps' seconds, and of the last chunks' seconds per prompt token): by construction the streams'
+  gaps stay within about ``1 + share`` of their own whatever the CPU and the context length, where a fixed budget
+  right for one CPU stalls the streams on a slower one or delays first tokens on a faster one. With no stream running, the whole rest
+  of the prompt runs at once.
+
+Knows: one prompt's progress (the target's positions in its slot, the drafter's, the features so far), and how much of
+a step's room the next chunk takes. Does not know: sampling, slots' order, the prompt cache's entries or requests'
+events (``engine.py`` starts and finishes a job), or how a forward runs (``models/llama.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from speculab.models.kv_cache import KVCache
+from speculab.models.llama import Transformer, prefill
+from speculab.prompt_cache import CachedPrompt
+from speculab.request import Request
+from speculab.speculative.proposer import Proposer
+
+PREFILL_CHUNK = 512  # tokens per prefill forward: bounds the activations of long prompts
+# a paced chunk's cost in decode steps: the streams' gaps at about 1.6x their own, under the 2x a user can bear with
+# room for the jitter a server adds (at 0.75 their p99 over HTTP read 1.72-2.10x on an EPYC Zen 1: BENCHMARKS
+# "Chunked prefill beside running streams")
+SHARE = 0.6
+
+
+def prefill_room(budget: int, used: int) -> int:
+    """The tokens a step's prefill may run: what the running requests' ``used`` verify tokens leave of ``budget``, and
+    never less than a quarter of it."""
+    return max(budget - used, budget // 4, 1)
+
+
+class StepShare:
+    """How much of a waiting prompt a step runs beside the running requests: the engine asks ``room`` once a step, and
+    tells it what the step's decode and chunks took."""
+
+    def room(self, used: int, remaining: int, running: bool) -> int:
+        """The prompt tokens this step may run: ``used``, the running requests' verify tokens; ``remaining``, the
+        waiting prompt's tokens not yet run; ``running``, whether any stream runs."""
+        raise NotImplementedError
+
+    def decoded(self, seconds: float) -> None:
+        """A step's decode took ``seconds``."""
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        """A chunk of ``tokens`` prompt tokens took ``seconds``."""
+
+
+class TokenBudget(StepShare):
+    """A fixed number of tokens a step (``prefill_room``)."""
+
+    def __init__(self, tokens: int):
+        if tokens < 1:
+            raise ValueError(f"a step's token budget must be at least 1 token, got {tokens}")
+        self.tokens = tokens
+
+    def room(self, used: int, remaining: int, running: bool) -> int:
+        return prefill_room(self.tokens, used)
+
+    def __repr__(self) -> str:
+        return f"TokenBudget({self.tokens})"
+
+
+class PacedChunks(StepShare):
+    """Chunks that cost about ``share`` of a decode step, both averaged over the last steps (weight ``1 - keep`` on the
+    newest); ``first`` tokens before anything is measured."""
+
+    def __init__(self, share: float = SHARE, first: int = 8, keep: float = 0.8):
+        self.share, self.first, self.keep = share, first, keep
+        self.decode_s: float | None = None  # a decode step's seconds, averaged
+        self.token_s: float | None = None  # a prompt token's seconds in a chunk, averaged
+
+    def room(self, used: int, remaining: int, running: bool) -> int:
+        if not running:
+            return remaining
+        if self.decode_s is None or self.token_s is None:
+            return self.first
+        return max(1, int(self.share * self.decode_s / self.token_s))
+
+    def decoded(self, seconds: float) -> None:
+        self.decode_s = seconds if self.decode_s is None else self.keep * self.decode_s + (1 - self.keep) * seconds
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        if tokens > 0:
+            per = seconds / tokens
+            self.token_s = per if self.token_s is None else self.keep * self.token_s + (1 - self.keep) * per
+
+    def __repr__(self) -> str:
+        return f"PacedChunks(share={self.share})"
+
+
+@dataclass
+class PrefillJob:
+    """A prompt on its way into ``slot``: the target's positions run so far, the drafter's, and what they gave."""
+
+    request: Request
+    slot: int
+    done: int = 0  # leading prompt positions whose KV the slot holds
+    fed: int = 0  # leading prompt positions handed to the drafter (Proposer.prefill_chunk)
+    features: Tensor | None = None  # [done, width]: the target's features there, where they are kept
+    logits: Tensor | None = None  # [vocab] at the prompt's last position, once done reaches it
+    hit: CachedPrompt | None = None  # the whole prompt, found in the prompt cache
+
+    @property
+    def finished(self) -> bool:
+        n = len(self.request.prompt_ids)
+        return self.done == n and self.fed == n
+
+
+@dataclass(frozen=True)
+class ChunkRunner:
+    """Runs a job's chunks: the target's forward into the slot, then the drafter's share of the same positions."""
+
+    model: Transformer
+    cache: KVCache
+    proposer: Proposer
+    keep_features: bool  # the proposer reads them, or a prompt cache keeps them
+
+    def advance(self, job: PrefillJob, room: int) -> int:
+        """Run up to ``room`` tokens of ``job``; the tokens it ran. A drafter behind the target (a prompt that took a
+        cached head's KV) catches up first, a chunk at a time as the target's own positions are run."""
+        begin = job.fed
+        if job.fed < job.done:
+            self._feed(job, min(job.fed + room, job.done))
+            return job.fed - begin
+        begin, n = job.done, len(job.request.prompt_ids)
+        if begin < n:
+            self._run_target(job, min(begin + room, n))
+            self._feed(job, job.done)
+        return job.done - begin
+
+    def _run_target(self, job: PrefillJob, end: int) -> None:
+        """The target's forward over prompt positions [done, end) into the job's slot."""
+        layers = self.proposer.feature_layers
+        outputs = prefill(self.model, self.cache, job.slot, job.request.prompt_ids[:end], layers, PREFILL_CHUNK, start=job.done)
+        if self.keep_features:
+            found = [target_features(o, layers)[0] for o in outputs]
+            job.features = torch.cat(found if job.features is None else [job.features, *found])
+        job.done, job.logits = end, outputs[-1].logits[0, -1]
+
+    def _feed(self, job: PrefillJob, end: int) -> None:
+        """Hand the drafter prompt positions [fed, end) (their features where it reads them)."""
+        features = job.features[job.fed : end] if self.proposer.needs_features else None
+        self.proposer.prefill_chunk(job.slot, job.request.prompt_ids, job.fed, end, features)
+        job.fed = end
+
+
+def target_features(out, layers: tuple[int, ...]) -> Tensor:
+    """[batch, q, width]: the final hidden states, or the inputs of ``layers`` side by side (what a proposer reads)."""
+    return torch.cat([out.captured[i] for i in layers], dim=-1) if layers else out.hidden
