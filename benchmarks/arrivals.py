@@ -33,6 +33,7 @@ from serving import free_port, wait_healthy
 
 from speculab import runtime
 from speculab.bench.contexts import Lengthener
+from speculab.bench.latency import percentile
 from speculab.bench.workload import interleave_domains, load_workload
 from speculab.chunked_prefill import PacedChunks, StepShare, TokenBudget
 from speculab.engine import Engine, sequence_length
@@ -44,11 +45,6 @@ from speculab.testbed import cpu_name, testbed
 
 POSITIONS = 8192  # the embedded model's: a server's --max-model-len
 WAYS = {"in-process": ["whole", "16", "32", "64", "paced"], "http": ["whole", "paced"]}
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def gaps(requests, since: float, until: float, whole: bool) -> list[float]:

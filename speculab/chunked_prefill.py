@@ -13,9 +13,10 @@ engine's ``chunked_prefill``:
   right for one CPU stalls the streams on a slower one or delays first tokens on a faster one. With no stream running, the whole rest
   of the prompt runs at once.
 
-Knows: one prompt's progress (the target's positions in its slot, the drafter's, the features so far), and how much of
-a step's room the next chunk takes. Does not know: sampling, slots' order, the prompt cache's entries or requests'
-events (``engine.py`` starts and finishes a job), or how a forward runs (``models/llama.py``).
+Knows: one prompt's progress (the target's positions in its slot, the drafter's, the features so far), what a prompt
+cache gives a new one (the whole prompt, or a shared head with its drafter's share), and how much of a step's room the
+next chunk takes. Does not know: sampling, slots' order, when a prompt is kept in the prompt cache or requests' events
+(``engine.py`` finishes a job), or how a forward runs (``models/llama.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from speculab.models.kv_cache import KVCache
 from speculab.models.llama import Transformer, prefill
-from speculab.prompt_cache import CachedPrompt
+from speculab.prompt_cache import CachedPrompt, PromptCache
 from speculab.request import Request
 from speculab.speculative.proposer import Proposer
 
@@ -113,6 +114,7 @@ class PrefillJob:
     fed: int = 0  # leading prompt positions handed to the drafter (Proposer.prefill_chunk)
     features: Tensor | None = None  # [done, width]: the target's features there, where they are kept
     logits: Tensor | None = None  # [vocab] at the prompt's last position, once done reaches it
+    key: tuple | None = None  # its prompt cache key, where there is a prompt cache
     hit: CachedPrompt | None = None  # the whole prompt, found in the prompt cache
 
     @property
@@ -130,12 +132,42 @@ class ChunkRunner:
     proposer: Proposer
     keep_features: bool  # the proposer reads them, or a prompt cache keeps them
 
+    def start(self, request: Request, slot: int, prompt_cache: PromptCache | None) -> PrefillJob:
+        """``request``'s prompt in ``slot``, with whatever of it ``prompt_cache`` holds: the whole prompt (its KV, logits
+        and features), or the longest head another cached prompt shares (its KV and features, and the drafter's share
+        of that head where the cached prompt kept its drafter's state; else the drafter is handed those positions
+        first, as the target's next chunks are run)."""
+        job, ids, pc = PrefillJob(request, slot), request.prompt_ids, prompt_cache
+        if pc is None:
+            return job
+        job.key = pc.key(ids, self.proposer.feature_layers)
+        job.hit = pc.get(job.key)
+        if job.hit is not None:
+            pc.hits += 1
+            self.cache.load(slot, job.hit.kv)
+            job.done = job.fed = request.cached_tokens = len(ids)
+            job.logits, job.features = job.hit.logits, job.hit.features
+            return job
+        head, shared = pc.longest_head(job.key)
+        if head is not None:
+            self.cache.load(slot, head.kv[:, :, :shared])
+            pc.prefix_hits, pc.reused_tokens = pc.prefix_hits + 1, pc.reused_tokens + shared
+            job.done, job.features, request.cached_tokens = shared, head.features[:shared], shared
+            state = head.drafter_states.get(self.proposer.prompt_cache_key)
+            job.fed = self.proposer.admit_head(slot, state, shared) if state is not None else 0
+        return job
+
+    def drop(self, job: PrefillJob) -> None:
+        """The job's slot freed: the target's KV and the drafter's share of it."""
+        self.cache.free(job.slot)
+        self.proposer.release(job.slot)
+
     def advance(self, job: PrefillJob, room: int) -> int:
         """Run up to ``room`` tokens of ``job``; the tokens it ran. A drafter behind the target (a prompt that took a
         cached head's KV) catches up first, a chunk at a time as the target's own positions are run."""
-        begin = job.fed
         if job.fed < job.done:
-            self._feed(job, min(job.fed + room, job.done))
+            begin = job.fed
+            self._feed(job, min(begin + room, job.done))
             return job.fed - begin
         begin, n = job.done, len(job.request.prompt_ids)
         if begin < n:

@@ -213,31 +213,9 @@ class Engine:
         return events
 
     def _start_job(self, request: Request) -> PrefillJob:
-        """The request's prompt in the slot after the running requests', with whatever of it the prompt cache holds: the
-        whole prompt (its KV, logits and features), or the longest head another cached prompt shares (its KV and
-        features, and the drafter's share of that head where the cached prompt kept its drafter's state; else the
-        drafter is handed those positions first, as the target's next chunks are run)."""
+        """The request's prompt in the slot after the running requests', with what the prompt cache holds of it."""
         request.admitted_time = self.clock()
-        job = PrefillJob(request, slot=len(self.running))
-        pc, ids = self.prompt_cache, request.prompt_ids
-        if pc is None:
-            return job
-        key = pc.key(ids, self.proposer.feature_layers)
-        job.hit = pc.get(key)
-        if job.hit is not None:
-            pc.hits += 1
-            self.cache.load(job.slot, job.hit.kv)
-            job.done = job.fed = request.cached_tokens = len(ids)
-            job.logits, job.features = job.hit.logits, job.hit.features
-            return job
-        head, shared = pc.longest_head(key)
-        if head is not None:
-            self.cache.load(job.slot, head.kv[:, :, :shared])
-            pc.prefix_hits, pc.reused_tokens = pc.prefix_hits + 1, pc.reused_tokens + shared
-            job.done, job.features, request.cached_tokens = shared, head.features[:shared], shared
-            state = head.drafter_states.get(self.proposer.prompt_cache_key)
-            job.fed = self.proposer.admit_head(job.slot, state, shared) if state is not None else 0
-        return job
+        return self._chunks.start(request, len(self.running), self.prompt_cache)
 
     def _finish_job(self, job: PrefillJob) -> TokenEvent:
         """A whole prompt joins the running requests: in the slot after theirs (moved there if requests left while it
@@ -258,8 +236,7 @@ class Engine:
         entry = job.hit
         if pc is not None and entry is None:
             pc.misses += 1
-            key = pc.key(request.prompt_ids, self.proposer.feature_layers)
-            entry = pc.put(key, CachedPrompt(self.cache.export(request.slot), job.logits.clone(), job.features))
+            entry = pc.put(job.key, CachedPrompt(self.cache.export(request.slot), job.logits.clone(), job.features))
         if request.noise is not None:
             token = coupled_tokens(sampling_probs(job.logits[None], request.params), request.noise.at([0]))[0]
         else:
@@ -275,8 +252,7 @@ class Engine:
     def _drop_job(self) -> None:
         """The prompt on its way in leaves: its slot's KV and the drafter's share of it are freed."""
         job, self.prefilling = self.prefilling, None
-        self.cache.free(job.slot)
-        self.proposer.release(job.slot)
+        self._chunks.drop(job)
 
     def _admit(self, slot: int, request: Request, features: torch.Tensor | None, cached: CachedPrompt | None) -> None:
         """Hand the request to the proposer, from the prompt cache's drafter state when it holds one."""

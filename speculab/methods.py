@@ -335,9 +335,7 @@ def speculation_policy(spec: MethodSpec, loaded) -> SpeculationPolicy | None:
 def proposer_options(spec: MethodSpec, loaded) -> dict:
     """The proposer's constructor options (drafters loaded) and, under ``POLICY``, its policy: build once, then
     ``new_proposer`` per run."""
-    options = spec.method.options(spec.params, loaded)
-    policy = speculation_policy(spec, loaded)
-    return options if policy is None else options | {POLICY: policy}
+    return proposer_options_of([spec], loaded)[spec.label]
 
 
 def proposer_options_of(specs: list[MethodSpec], loaded) -> dict[str, dict]:
