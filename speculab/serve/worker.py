@@ -203,6 +203,7 @@ class EngineWorker:
             if self.engine.prompt_cache is not None:
                 m.prefix_queries.inc(len(request.prompt_ids))
                 m.prefix_hits.inc(request.cached_tokens)
+                m.prompt_cache(self.engine.prompt_cache)
             m.ttft.observe(now - handle.arrival_time)
             m.queue.observe((request.admitted_time or now) - handle.arrival_time)
         elif token_ids:

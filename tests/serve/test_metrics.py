@@ -91,3 +91,6 @@ def test_an_agents_next_turn_hits_the_prefix_cache_and_the_counters_say_how_much
     hit = after["vllm:prefix_cache_hits_total"] - before.get("vllm:prefix_cache_hits_total", 0.0)
     assert queried == sum(prompts)
     assert prompts[0] <= hit < sum(prompts)  # the second took at least the whole first prompt from the cache
+    cached = one["usage"]["prompt_tokens_details"]["cached_tokens"], two["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert sum(cached) == hit and cached[1] >= prompts[0]  # each answer says what it took, as OpenAI's usage does
+    assert 0 < after["speculab:prefix_cache_bytes"] <= 2 * 2**30  # within the default --prefix-cache-gib
