@@ -31,7 +31,7 @@ from itertools import groupby
 from pathlib import Path
 
 import httpx
-from common import command_line, run_subcommand, spread, subcommand
+from common import command_line, run_record, run_subcommand, spread, subcommand
 from openai import AsyncOpenAI
 from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
@@ -45,7 +45,6 @@ from speculab.launch.prepare import prepare
 from speculab.launch.server import EngineServer, log_tail
 from speculab.methods import parse_method
 from speculab.models.embedded import ensure_embedded_model
-from speculab.testbed import cpu_name, testbed
 
 MIB = 1 << 20
 
@@ -152,9 +151,7 @@ def sessions(args) -> None:
     finally:
         server.stop()
     result = {
-        "command": " ".join(["python", "benchmarks/agent_load.py", *sys.argv[1:]]),
-        "cpu": cpu_name(),
-        "testbed": testbed(),
+        **run_record(),
         "method": args.method,
         "sessions": [len(s) for s in chosen],
         "seconds": round(time.perf_counter() - started, 1),
@@ -304,9 +301,8 @@ def guidellm_load(args) -> None:
     finally:
         for server in servers.values():
             server.stop()
-    record = {"command": " ".join(["python", "benchmarks/agent_load.py", *sys.argv[1:]]), "testbed": testbed()}
     shapes = [{k: r[k] for k in ("load", "streams", "requests")} | {"data": r["data"].name} for r in runs]
-    print(json.dumps(record | {"method": parse_method(args.method).label, "runs": shapes, "results": results}))
+    print(json.dumps(run_record() | {"method": parse_method(args.method).label, "runs": shapes, "results": results}))
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from common import command_line, run_subcommand, spread, subcommand
+from common import command_line, run_record, run_subcommand, spread, subcommand
 from openai import OpenAI
 from serving import free_port, wait_healthy
 
@@ -41,7 +41,6 @@ from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.models.embedded import ensure_embedded_model
 from speculab.models.tokenizer import Tokenizer
 from speculab.sampling import SamplingParams
-from speculab.testbed import cpu_name, testbed
 
 POSITIONS = 8192  # the embedded model's: a server's --max-model-len
 WAYS = {"in-process": ["whole", "16", "32", "64", "paced"], "http": ["whole", "paced"]}
@@ -127,9 +126,7 @@ def in_process(args) -> None:
             by_budget[budget].append(one_round(engine, streams, ids, budget, args.alone_steps))
             print(f"round {n + 1} {budget}: {json.dumps(by_budget[budget][-1])}", flush=True)
     result = {
-        "command": " ".join(["python", "benchmarks/arrivals.py", *sys.argv[1:]]),
-        "cpu": cpu_name(),
-        "testbed": testbed(),
+        **run_record(),
         "method": spec.label,
         "arrival_tokens": [len(a) for a in arrivals],
         "seconds": round(time.perf_counter() - started, 1),
@@ -221,9 +218,7 @@ def http(args) -> None:
     started = time.perf_counter()
     by_way = {way: one_way(way, args, items[: args.streams], arrivals) for way in args.budgets}
     result = {
-        "command": " ".join(["python", "benchmarks/arrivals.py", *sys.argv[1:]]),
-        "cpu": cpu_name(),
-        "testbed": testbed(),
+        **run_record(),
         "seconds": round(time.perf_counter() - started, 1),
         "ways": {way: {k: spread([r[k] for r in rounds], 3) for k in rounds[0]} for way, rounds in by_way.items()},
     }

@@ -16,13 +16,21 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from speculab.models.llama import causal_batch, prefill
+from speculab.testbed import cpu_name, testbed
 
 CONTEXT = 1200
 PAIRED_CELLS = {1: [1, 4, 8, 16], 16: [1, 4]}  # batch size -> tokens per row, for the paired forwards
+
+
+def run_record() -> dict:
+    """What heads every script's result: the command that produced it (as run from the repository root), the CPU and
+    the machine's record."""
+    return {"command": " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]), "cpu": cpu_name(), "testbed": testbed()}
 
 
 def clocked(fn: Callable):

@@ -15,11 +15,10 @@ Usage: python benchmarks/prefix_reuse.py turns [--sessions 2] [--method eagle]. 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from itertools import groupby
 
-from common import command_line, run_subcommand, spread, subcommand
+from common import command_line, run_record, run_subcommand, spread, subcommand
 
 from speculab import runtime
 from speculab.bench.workload import load_workload
@@ -29,7 +28,6 @@ from speculab.free_memory import GIB
 from speculab.methods import new_proposer, parse_method, proposer_options
 from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
-from speculab.testbed import cpu_name, testbed
 
 POSITIONS = 8192  # the embedded model's
 
@@ -80,9 +78,7 @@ def turns(args) -> None:
         ]
     later = [r for r in rows if r["turn"] > 1]
     result = {
-        "command": " ".join(["python", "benchmarks/prefix_reuse.py", *sys.argv[1:]]),
-        "cpu": cpu_name(),
-        "testbed": testbed(),
+        **run_record(),
         "method": spec.label,
         "seconds": round(time.perf_counter() - started, 1),
         "turns": rows,

@@ -24,7 +24,7 @@ import sys
 import time
 from collections import defaultdict
 
-from common import command_line, run_subcommand, spread, subcommand
+from common import command_line, run_record, run_subcommand, spread, subcommand
 
 from speculab import runtime
 from speculab.bench.contexts import Lengthener, context_key, parse_context
@@ -34,7 +34,6 @@ from speculab.free_memory import GIB
 from speculab.methods import new_proposer, parse_method, proposer_options_of
 from speculab.prompt_cache import PromptCache
 from speculab.sampling import SamplingParams
-from speculab.testbed import testbed
 
 PHASES = ("draft", "tree", "verify", "commit")
 DRAFT_PARTS = {"_catch_up": "draft: catch-up", "_rerank": "draft: rerank"}
@@ -147,7 +146,7 @@ def phases(args) -> None:
     options = proposer_options_of(specs, loaded)
     items = [i for i in load_workload() if i.language == args.language]
     lengthen = Lengthener.from_pool(loaded.tokenizer)
-    result = {"command": " ".join(["python", "benchmarks/step_profile.py", *sys.argv[1:]]), "testbed": testbed(), "cells": {}}
+    result = run_record() | {"cells": {}}
     for context in map(parse_context, args.contexts):
         for batch in args.batch_sizes:
             chosen = [lengthen.at(item, context) for item in items[:batch]]

@@ -32,8 +32,8 @@ class PromptCache:
     after it (``prefix_hits``, ``reused_tokens``). Keyed by the prompt's token ids and the feature layers; shared by
     engines of one target. With ``max_bytes`` (a server's, whose prompts never end) a new prompt's entry replaces the
     entries of the prompts it extends, and the least recently used entries leave once the cached bytes pass it;
-    without, every entry stays until the cache is dropped (the benchmark's prompts are few and known). An entry is copied into a slot when a request takes it, so one that leaves never leaves from under a
-    running request.
+    without, every entry stays until the cache is dropped (the benchmark's prompts are few and known). An entry is
+    copied into a slot when a request takes it, so one that leaves never leaves from under a running request.
     """
 
     def __init__(self, max_bytes: int | None = None):
