@@ -46,7 +46,7 @@ class PhaseClock:
         self.seconds: dict[str, float] = defaultdict(float)
 
     def wrap(self, owner, name: str, phase: str) -> None:
-        """Time ``owner.name`` (an instance's bound method, or the instance's model) as ``phase`` from now on."""
+        """Time ``owner.name`` (an instance's bound method) as ``phase`` from now on."""
         original = getattr(owner, name)
 
         def timed(*args, **kwargs):
@@ -68,7 +68,7 @@ def timed_engine(engine: Engine) -> PhaseClock:
     clock = PhaseClock()
     clock.wrap(engine.proposer, "propose", "draft")
     clock.wrap(engine, "_verify_batch", "tree")
-    clock.wrap(engine, "model", "verify")
+    clock.wrap(engine.model, "forward_parts", "verify")
     clock.wrap(engine, "_commit_row", "commit")
     inner = getattr(engine.proposer, "inner", engine.proposer)  # under a policy, the drafter it wraps
     for name, phase in DRAFT_PARTS.items():
@@ -90,6 +90,8 @@ def started_engine(loaded, proposer, prompts: list[list[int]], cache: PromptCach
 
 def steps(engine: Engine, clock: PhaseClock | None, n: int) -> list[dict]:
     """``n`` steps: each one's seconds, its phases' and the tokens it emitted."""
+    if clock is not None:
+        clock.take()  # the wrapped forward is the model's, and another engine may have run it since
     out = []
     for _ in range(n):
         began = time.perf_counter()

@@ -2,16 +2,18 @@
 
 A long prompt so spreads over several steps while every running stream keeps emitting, and the drafter's own prompt
 state follows the same chunks (``Proposer.prefill_chunk``: an EAGLE head's KV from each chunk's features, a draft
-model's KV), so no step runs a whole prompt through the drafter either. How much of a prompt a step runs is the
-engine's ``chunked_prefill``:
+model's KV), so no step runs a whole prompt through the drafter either. A step's chunk runs in the running requests'
+own forward (``Transformer.forward_parts``: on the C++ loop their rows share each matmul), so it costs its tokens'
+arithmetic and not another read of every weight, which a small chunk in a forward of its own mostly is on a CPU. How
+much of a prompt a step runs is the engine's ``chunked_prefill``:
 - ``TokenBudget(n)``: vLLM's ``max_num_batched_tokens``. The running requests' verify tokens (root and draft nodes, as
   the step's forward holds them) count first, and the prompt at the head of the queue takes the rest, never less than
   a quarter of the budget, so that a prompt always advances however many streams run.
-- ``PacedChunks()``: each chunk sized to cost about ``share`` of a decode step, both measured as the engine runs (an
-  average of the last steps' seconds, and of the last chunks' seconds per prompt token): by construction the streams'
+- ``PacedChunks()``: each chunk sized to add about ``share`` of a decode step to its step, both measured as the engine
+  runs (an average of the last chunk-free steps' seconds, and of what the last chunks added per prompt token): by construction the streams'
   gaps stay within about ``1 + share`` of their own whatever the CPU and the context length, where a fixed budget
-  right for one CPU stalls the streams on a slower one or delays first tokens on a faster one. With no stream running, the whole rest
-  of the prompt runs at once.
+  right for one CPU stalls the streams on a slower one or delays first tokens on a faster one. With no stream running,
+  the whole rest of the prompt runs at once.
 
 Knows: one prompt's progress (the target's positions in its slot, the drafter's, the features so far), what a prompt
 cache gives a new one (the whole prompt, or a shared head with its drafter's share), and how much of a step's room the
@@ -27,7 +29,7 @@ import torch
 from torch import Tensor
 
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import Transformer, prefill
+from speculab.models.llama import ForwardOutput, ForwardPart, Transformer, prefill, prompt_part
 from speculab.prompt_cache import CachedPrompt, PromptCache
 from speculab.request import Request
 from speculab.speculative.proposer import Proposer
@@ -45,20 +47,37 @@ def prefill_room(budget: int, used: int) -> int:
     return max(budget - used, budget // 4, 1)
 
 
+# a paced step measures the running requests' decode alone (no chunk beside it) when the number of running requests has
+# none yet, or its last is this many steps old: the decode a chunk is sized against stays the streams' own
+REFRESH_STEPS = 32
+
+
+@dataclass
+class Ride:
+    """A step's forward beside its running requests: ``used``, their verify tokens; ``rows``, how many run; ``room``,
+    the prompt tokens the step gives prompts (None: no prompt waited when the step was planned); ``ran``, the prompt
+    tokens of a chunk that rode in the same forward."""
+
+    used: int
+    rows: int
+    room: int | None = None
+    ran: int = 0
+
+
 class StepShare:
     """How much of a waiting prompt a step runs beside the running requests: the engine asks ``room`` once a step, and
-    tells it what the step's decode and chunks took."""
+    tells it what the step's forward and separate chunks took."""
 
-    def room(self, used: int, remaining: int, running: bool) -> int:
+    def room(self, used: int, remaining: int, rows: int) -> int:
         """The prompt tokens this step may run: ``used``, the running requests' verify tokens; ``remaining``, the
-        waiting prompt's tokens not yet run; ``running``, whether any stream runs."""
+        waiting prompt's tokens not yet run; ``rows``, how many requests run (0: none)."""
         raise NotImplementedError
 
-    def decoded(self, seconds: float) -> None:
-        """A step's decode took ``seconds``."""
+    def stepped(self, seconds: float, ride: Ride) -> None:
+        """A step of the running requests took ``seconds``, ``ride.ran`` prompt tokens riding in its forward."""
 
     def prefilled(self, tokens: int, seconds: float) -> None:
-        """A chunk of ``tokens`` prompt tokens took ``seconds``."""
+        """A chunk of ``tokens`` prompt tokens took ``seconds`` in a forward of its own."""
 
 
 class TokenBudget(StepShare):
@@ -69,7 +88,7 @@ class TokenBudget(StepShare):
             raise ValueError(f"a step's token budget must be at least 1 token, got {tokens}")
         self.tokens = tokens
 
-    def room(self, used: int, remaining: int, running: bool) -> int:
+    def room(self, used: int, remaining: int, rows: int) -> int:
         return prefill_room(self.tokens, used)
 
     def __repr__(self) -> str:
@@ -77,28 +96,49 @@ class TokenBudget(StepShare):
 
 
 class PacedChunks(StepShare):
-    """Chunks that cost about ``share`` of a decode step, both averaged over the last steps (weight ``1 - keep`` on the
-    newest); ``first`` tokens before anything is measured."""
+    """Chunks that add about ``share`` of a decode step to the step they ride in, both averaged over the last steps
+    (weight ``1 - keep`` on the newest); ``first`` tokens before anything is measured.
+
+    The decode's seconds are those of steps with no chunk, kept for each number of running requests; a step gives
+    prompts no room (room 0) where that number has none, or its last is ``REFRESH_STEPS`` steps old. A prompt token's
+    seconds are what riding chunks added to their steps over that decode, per token: the chunk's arithmetic and its
+    attention's read of the prompt's keys and values so far, which a whole prefill spreads over 512 tokens and a small
+    chunk pays each step. Until a chunk has ridden, a prompt run alone (with no stream running) prices a token.
+    """
 
     def __init__(self, share: float = SHARE, first: int = 8, keep: float = 0.8):
         self.share, self.first, self.keep = share, first, keep
-        self.decode_s: float | None = None  # a decode step's seconds, averaged
-        self.token_s: float | None = None  # a prompt token's seconds in a chunk, averaged
+        self.decode_s: dict[int, float] = {}  # a decode step's seconds, averaged, by the number of running requests
+        self.age: dict[int, int] = {}  # steps since that number's decode was last measured
+        self.token_s: float | None = None  # what a prompt token adds to a step's seconds, averaged
+        self.ridden = False  # token_s comes from riding chunks (not from prompts run alone)
 
-    def room(self, used: int, remaining: int, running: bool) -> int:
-        if not running:
+    def room(self, used: int, remaining: int, rows: int) -> int:
+        if not rows:
             return remaining
-        if self.decode_s is None or self.token_s is None:
+        if rows not in self.decode_s or self.age[rows] >= REFRESH_STEPS:
+            return 0
+        if self.token_s is None:
             return self.first
-        return max(1, int(self.share * self.decode_s / self.token_s))
+        return max(1, int(self.share * self.decode_s[rows] / self.token_s))
 
-    def decoded(self, seconds: float) -> None:
-        self.decode_s = seconds if self.decode_s is None else self.keep * self.decode_s + (1 - self.keep) * seconds
+    def stepped(self, seconds: float, ride: Ride) -> None:
+        self.age[ride.rows] = self.age.get(ride.rows, 0) + 1
+        if ride.ran and ride.rows in self.decode_s:
+            self._token(ride.ran, seconds - self.decode_s[ride.rows])
+            self.ridden = True
+        elif not ride.ran and not ride.room:  # the decode alone (a prompt started or caught up: neither)
+            old = self.decode_s.get(ride.rows)
+            self.decode_s[ride.rows] = seconds if old is None else self.keep * old + (1 - self.keep) * seconds
+            self.age[ride.rows] = 0
 
     def prefilled(self, tokens: int, seconds: float) -> None:
-        if tokens > 0:
-            per = seconds / tokens
-            self.token_s = per if self.token_s is None else self.keep * self.token_s + (1 - self.keep) * per
+        if tokens > 0 and not self.ridden:
+            self._token(tokens, seconds)
+
+    def _token(self, tokens: int, seconds: float) -> None:
+        per = max(seconds / tokens, 1e-6)  # a step timed faster than its own decode teaches a tiny cost, never none
+        self.token_s = per if self.token_s is None else self.keep * self.token_s + (1 - self.keep) * per
 
     def __repr__(self) -> str:
         return f"PacedChunks(share={self.share})"
@@ -175,12 +215,32 @@ class ChunkRunner:
             self._feed(job, job.done)
         return job.done - begin
 
+    def part(self, job: PrefillJob, room: int) -> ForwardPart | None:
+        """The target's next chunk of ``job``, up to ``room`` tokens, as a part of the running requests' forward (one
+        weight read for both); None where the drafter must catch up first or nothing is left to run."""
+        n, dev = len(job.request.prompt_ids), self.model.norm.weight.device
+        if job.fed < job.done or job.done >= n or room < 1:
+            return None
+        return prompt_part(job.slot, job.request.prompt_ids, job.done, min(job.done + room, job.done + PREFILL_CHUNK, n), dev)
+
+    def ran(self, job: PrefillJob, part: ForwardPart, out: ForwardOutput) -> int:
+        """``part`` of ``job`` ran as ``out`` in the running requests' forward: commit it and hand the drafter the same
+        positions; the tokens it ran."""
+        end = job.done + part.tokens.shape[1]
+        self.cache.commit(job.slot, end)
+        self._took(job, [out], end)
+        self._feed(job, end)
+        return part.tokens.shape[1]
+
     def _run_target(self, job: PrefillJob, end: int) -> None:
         """The target's forward over prompt positions [done, end) into the job's slot."""
         layers = self.proposer.feature_layers
-        outputs = prefill(self.model, self.cache, job.slot, job.request.prompt_ids[:end], layers, PREFILL_CHUNK, start=job.done)
+        self._took(job, prefill(self.model, self.cache, job.slot, job.request.prompt_ids[:end], layers, PREFILL_CHUNK, start=job.done), end)
+
+    def _took(self, job: PrefillJob, outputs: list[ForwardOutput], end: int) -> None:
+        """The target ran positions [done, end) as ``outputs``, chunk after chunk: keep their features and the logits."""
         if self.keep_features:
-            found = [target_features(o, layers)[0] for o in outputs]
+            found = [target_features(o, self.proposer.feature_layers)[0] for o in outputs]
             job.features = torch.cat(found if job.features is None else [job.features, *found])
         job.done, job.logits = end, outputs[-1].logits[0, -1]
 

@@ -28,17 +28,17 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from speculab.chunked_prefill import ChunkRunner, PrefillJob, StepShare, target_features
+from speculab.chunked_prefill import ChunkRunner, PrefillJob, Ride, StepShare, target_features
 from speculab.free_memory import require
 from speculab.logprobs import token_logprobs
 from speculab.models.kv_cache import KVCache
-from speculab.models.llama import ForwardBatch, Transformer, causal_batch
+from speculab.models.llama import ForwardBatch, ForwardPart, Transformer
 from speculab.position_noise import PositionNoise, coupled_tokens
 from speculab.prompt_cache import CachedPrompt, PromptCache
 from speculab.request import Request, TokenEvent
 from speculab.sampling import SamplingParams, random_seed, sample_rows, sampling_probs
 from speculab.speculative.proposer import Proposer, ProposeState
-from speculab.speculative.tree import VerifyTree
+from speculab.speculative.tree import VerifyTree, verify_batch
 from speculab.speculative.verify import verify_by_rejection, verify_coupled, verify_greedy
 
 
@@ -153,19 +153,16 @@ class Engine:
     # -- the loop -------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
         """Decode one step for the running requests, then admit waiting ones into free slots (their prefill: whole,
-        or under a prefill budget the chunks the step has room for)."""
-        began = time.perf_counter()  # chunked prefill paces itself by the decode's own seconds, whatever the clock
-        events, used = self._decode_running() if self.running else ([], 0)
-        if self.chunked_prefill is not None:
-            if self.running:
-                self.chunked_prefill.decoded(time.perf_counter() - began)
-            events += self._prefill_in_chunks(used)
+        or under a prefill budget the chunks the step has room for, the first in the running requests' forward)."""
+        began, pace = time.perf_counter(), self.chunked_prefill  # a paced chunk is sized by the decode's own seconds
+        events, ride = self._decode_running() if self.running else ([], None)
+        if pace is not None:
+            if ride is not None:
+                pace.stepped(time.perf_counter() - began, ride)
+            events += self._prefill_in_chunks(ride)
         admitted = 0
         while (
-            self.chunked_prefill is None
-            and self.waiting
-            and len(self.running) < self.max_batch
-            and admitted < (self.prefills_per_step or self.max_batch)
+            pace is None and self.waiting and len(self.running) < self.max_batch and admitted < (self.prefills_per_step or self.max_batch)
         ):
             events.append(self._prefill(self.waiting.popleft()))
             admitted += 1
@@ -186,11 +183,16 @@ class Engine:
         self.prefilling = None
         return self._finish_job(job)
 
-    def _prefill_in_chunks(self, used: int) -> list[TokenEvent]:
-        """Run waiting prompts, the head of the queue first, a chunk at a time, as far as ``chunked_prefill`` gives
-        room beside the ``used`` verify tokens of this step; each prompt that is whole joins the running requests with
-        its first token."""
-        events, room, pace = [], None, self.chunked_prefill
+    def _prefill_in_chunks(self, ride: Ride | None) -> list[TokenEvent]:
+        """Run waiting prompts, the head of the queue first, a chunk at a time, in the room ``chunked_prefill`` gives
+        beside this step's ``ride`` (its verify tokens, and the chunk its forward took); each prompt that is whole
+        joins the running requests with its first token."""
+        events, pace = [], self.chunked_prefill
+        used, room = (0, None) if ride is None else (ride.used, None if ride.room is None else ride.room - ride.ran)
+        job = self.prefilling
+        if job is not None and job.finished:  # its last chunk ran in the step's forward, or the prompt cache held it
+            self.prefilling = None
+            events.append(self._finish_job(job))
         while room is None or room > 0:
             if self.prefilling is None:
                 if not self.waiting or len(self.running) >= self.max_batch:
@@ -198,7 +200,9 @@ class Engine:
                 self.prefilling = self._start_job(self.waiting.popleft())
             job = self.prefilling
             if room is None:
-                room = pace.room(used, len(job.request.prompt_ids) - job.done, bool(self.running))
+                room = pace.room(used, len(job.request.prompt_ids) - job.done, len(self.running))
+                if room < 1:  # a step that measures the decode alone
+                    break
             try:
                 began, done = time.perf_counter(), job.done
                 room -= self._chunks.advance(job, room)
@@ -211,6 +215,21 @@ class Engine:
                 self.prefilling = None
                 events.append(self._finish_job(job))
         return events
+
+    def _ride_along(self, ride: Ride) -> ForwardPart | None:
+        """The chunk of the prompt at the head of the queue that the step's forward takes beside its ``ride.used``
+        verify tokens (one weight read for both), in the room the step gives prompts; None: no prompt waits, the step
+        gives none, or the prompt's drafter must catch up first."""
+        job = self.prefilling
+        if job is None and (not self.waiting or len(self.running) >= self.max_batch):
+            return None
+        remaining = len(job.request.prompt_ids) - job.done if job is not None else len(self.waiting[0].prompt_ids)
+        ride.room = self.chunked_prefill.room(ride.used, remaining, ride.rows)
+        if ride.room < 1:
+            return None
+        if job is None:
+            job = self.prefilling = self._start_job(self.waiting.popleft())
+        return self._chunks.part(job, ride.room)
 
     def _start_job(self, request: Request) -> PrefillJob:
         """The request's prompt in the slot after the running requests', with what the prompt cache holds of it."""
@@ -265,22 +284,33 @@ class Engine:
             cached.drafter_states[key] = self.proposer.prompt_state(slot)
             self.prompt_cache.evict()  # the entry grew by the drafter's state
 
-    def _decode_running(self) -> tuple[list[TokenEvent], int]:
-        """One propose → verify → commit step for every running request; its events and the tokens its forward held."""
+    def _decode_running(self) -> tuple[list[TokenEvent], Ride]:
+        """One propose → verify → commit step for every running request, a waiting prompt's chunk in the same forward
+        under chunked prefill; its events and what its forward held."""
         reqs = self.running
         drafts = self.proposer.propose(ProposeState(reqs))
         trees = [VerifyTree.from_draft(r.output_ids[-1], d) for r, d in zip(reqs, drafts)]
         tokens, batch = self._verify_batch(trees)
-        out = self.model(tokens, batch, self.cache, capture_layers=self.proposer.feature_layers)
-        logits = out.logits  # [batch, q, vocab]
-        features = self._features(out) if self.proposer.needs_features else None
+        ride = Ride(tokens.numel(), len(reqs))
+        chunk = self._ride_along(ride) if self.chunked_prefill is not None else None
+        parts = [ForwardPart(tokens, batch)] + ([chunk] if chunk is not None else [])
+        outs = self.model.forward_parts(parts, self.cache, capture_layers=self.proposer.feature_layers)
+        logits = outs[0].logits  # [batch, q, vocab]
+        features = self._features(outs[0]) if self.proposer.needs_features else None
         events = []
         for row, (r, tree) in enumerate(zip(reqs, trees)):
             try:
                 events.append(self._commit_row(r, tree, logits[row], None if features is None else features[row]))
             except Exception as err:  # noqa: BLE001  one request's verification failing must not fail the others
                 events.append(self._fail(r, err))
-        return events, tokens.numel()
+        if chunk is not None:
+            try:
+                ride.ran = self._chunks.ran(self.prefilling, chunk, outs[1])
+            except Exception as err:  # noqa: BLE001  one prompt failing must not fail the running requests
+                request = self.prefilling.request
+                self._drop_job()
+                events.append(self._fail(request, err))
+        return events, ride
 
     def _commit_row(
         self,
@@ -314,32 +344,8 @@ class Engine:
         return target_features(out, self.proposer.feature_layers)
 
     def _verify_batch(self, trees: list[VerifyTree]) -> tuple[torch.Tensor, ForwardBatch]:
-        """Tokens [batch, q] and the forward batch verifying every row's tree after its context.
-
-        Row i's node j is written at cache position start_i + j, at RoPE position start_i + depth;
-        it sees the row's context and its own ancestors. Padding nodes (j >= len(tree)) see the row's
-        context and themselves, so their attention stays well-defined; they are never committed.
-        """
-        bsz, q = len(trees), max(map(len, trees))
-        start = torch.tensor([self.cache.lengths[r.slot] for r in self.running])
-        if q == 1:  # every draft is empty: a plain decode step
-            tokens = torch.stack([t.tokens for t in trees]).to(self.device)
-            return tokens, causal_batch(torch.arange(bsz, device=self.device), start.to(self.device), 1)
-        length = int(start.max()) + q
-        tokens = torch.zeros(bsz, q, dtype=torch.long)
-        input_pos = start[:, None] + torch.arange(q)[None, :]
-        cache_pos = input_pos.clone()
-        mask = torch.arange(length)[None, None, :] < start[:, None, None]  # [batch, 1, length]: the context
-        mask = mask.expand(bsz, q, length).clone()
-        mask[torch.arange(bsz)[:, None], torch.arange(q)[None, :], cache_pos] = True  # every node (padding included) sees itself
-        for row, tree in enumerate(trees):
-            n, s = len(tree), int(start[row])
-            tokens[row, :n] = tree.tokens
-            input_pos[row, :n] = s + tree.depth
-            mask[row, :n, s : s + n] = tree.ancestor_mask()
-        dev = self.device
-        batch = ForwardBatch(torch.arange(bsz, device=dev), input_pos.to(dev), cache_pos.to(dev), mask[:, None].to(dev), slice(0, bsz))
-        return tokens.to(dev), batch
+        """Tokens [batch, q] and the forward batch verifying every running request's tree after its context."""
+        return verify_batch(trees, [self.cache.lengths[r.slot] for r in self.running], self.device)
 
     def _emit(
         self,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from speculab.chunked_prefill import PacedChunks, TokenBudget, prefill_room
+from speculab.chunked_prefill import REFRESH_STEPS, PacedChunks, Ride, TokenBudget, prefill_room
 from speculab.engine import Engine
 from speculab.methods import make_proposer
 from speculab.models.eagle3_head import load_eagle3_head
@@ -125,16 +125,57 @@ def test_a_step_always_leaves_a_quarter_of_its_budget_to_prefill():
     assert prefill_room(2, 10) == 1
 
 
-def test_paced_chunks_cost_a_share_of_the_decode_as_measured():
+def test_paced_chunks_add_a_share_of_the_decode_as_measured():
     pace = PacedChunks(share=0.75, first=8, keep=0.5)
-    assert pace.room(used=3, remaining=500, running=False) == 500  # nobody to stall: the whole rest
-    assert pace.room(used=3, remaining=500, running=True) == 8  # nothing measured yet
-    pace.decoded(0.100)
-    pace.prefilled(10, 0.050)  # 5 ms a prompt token
-    assert pace.room(used=3, remaining=500, running=True) == 15  # 0.75 x 100 ms / 5 ms
-    pace.decoded(0.300)  # averaged: 200 ms
-    pace.prefilled(0, 1.0)  # a chunk that ran none of the target's tokens teaches nothing
-    assert pace.room(used=3, remaining=500, running=True) == 30
+    assert pace.room(used=3, remaining=500, rows=0) == 500  # nobody to stall: the whole rest
+    assert pace.room(used=3, remaining=500, rows=3) == 0  # three streams' decode not measured yet: a step without prefill
+    pace.stepped(0.100, Ride(used=3, rows=3, room=0))
+    assert pace.room(used=3, remaining=500, rows=3) == 8  # no prompt token priced yet
+    pace.prefilled(500, 1.0)  # 2 ms a token, a prompt run alone: the first price
+    assert pace.room(used=3, remaining=500, rows=3) == 37  # 0.75 x 100 ms / 2 ms
+    pace.stepped(0.175, Ride(used=3, rows=3, room=37, ran=15))  # 15 riding tokens added 75 ms: 5 ms each, averaged 3.5
+    assert pace.token_s == pytest.approx(0.0035)
+    pace.stepped(0.300, Ride(used=3, rows=3, room=21, ran=30))  # 200 ms over 30 tokens: 6.67 ms, averaged 5.08
+    pace.prefilled(500, 1.0)  # once chunks have ridden, a prompt run alone teaches nothing (its keys read once)
+    pace.prefilled(0, 1.0)
+    assert pace.token_s == pytest.approx((0.0035 + 0.2 / 30) / 2)
+    pace.stepped(1.0, Ride(used=3, rows=3, room=30))  # a prompt started but none of it rode: not a decode
+    assert pace.decode_s == {3: pytest.approx(0.1)}
+    assert pace.room(used=3, remaining=500, rows=2) == 0  # two streams: their own decode first
+
+
+def test_paced_chunks_measure_the_decode_alone_again_every_so_often():
+    pace = PacedChunks(share=0.5, first=8, keep=0.5)
+    pace.stepped(0.100, Ride(used=1, rows=1))  # no prompt waiting
+    pace.prefilled(10, 0.05)
+    for _ in range(REFRESH_STEPS):
+        assert pace.room(used=1, remaining=500, rows=1) == 10
+        pace.stepped(0.150, Ride(used=1, rows=1, room=10, ran=10))
+    assert pace.room(used=1, remaining=500, rows=1) == 0  # the streams' decode measured alone again
+    pace.stepped(0.200, Ride(used=1, rows=1, room=0))
+    assert pace.decode_s[1] == pytest.approx(0.15) and pace.room(used=1, remaining=500, rows=1) == 15
+
+
+def test_a_chunk_rides_in_the_running_requests_forward(pair):
+    # one forward a step while a prompt prefills beside a running stream: the chunk is a part of the decode's forward
+    target = pair[1]
+    engine = Engine(target, 2, 256, chunked_prefill=TokenBudget(8))
+    engine.add_request(prompts_of([5])[0], SamplingParams(max_tokens=40, ignore_eos=True))
+    engine.step()
+    forwards, forward_parts = [], target.forward_parts
+
+    def recorded(parts, cache, capture_layers=()):
+        forwards.append([tuple(p.tokens.shape) for p in parts])
+        return forward_parts(parts, cache, capture_layers)
+
+    target.forward_parts = recorded
+    try:
+        long = engine.add_request(prompts_of([30], seed=1)[0], SamplingParams(max_tokens=4, ignore_eos=True))
+        while not long.output_ids:
+            engine.step()
+    finally:
+        del target.forward_parts
+    assert forwards == [[(1, 1), (1, 7)]] * 4 + [[(1, 1), (1, 2)]]  # 7 prompt tokens a step beside one decode token
 
 
 def test_a_prompt_aborted_while_it_prefills_frees_its_slot(pair, proposers):

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from speculab.models.config import ModelConfig, RopeScaling
 from speculab.models.kv_cache import KVCache
+from speculab.models.native_layers import LayerInput
 
 
 @dataclass
@@ -259,24 +260,53 @@ class Transformer(nn.Module):
         capture_layers: tuple[int, ...] = (),
         lm_head: Callable[[Tensor], Tensor] | None = None,  # replaces the model's own (a reduced vocabulary's)
     ) -> ForwardOutput:
-        x = self.embed_tokens(tokens).to(self.dtype)  # the table may be stored compactly (loading.py)
-        batch.prepare(self.config)
-        cos, sin = rope_tables(batch.input_pos, self.inv_freq, self.dtype)
-        mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, self.dtype)
+        layer_input = self._layer_input(tokens, batch)
         if self.native_layers is not None:
-            x, captured = self.native_layers(x, batch, cache, cos, sin, mask, capture_layers)
+            x, captured = self.native_layers.parts([layer_input], cache, capture_layers)[0]
         else:
-            captured = {}
+            x, captured, cos, sin, mask = layer_input.x, {}, layer_input.cos, layer_input.sin, layer_input.mask
             for i, layer in enumerate(self.layers):
                 if i in capture_layers:
                     captured[i] = x
                 x = layer(x, cache.layer(i), batch, cos, sin, mask)
+        return self._output(x, captured, logits_at, lm_head)
+
+    @torch.no_grad()
+    def forward_parts(self, parts: list[ForwardPart], cache: KVCache, capture_layers: tuple[int, ...] = ()) -> list[ForwardOutput]:
+        """Several batches in one forward (a step's verify and a prompt's chunk), each part's output what ``forward``
+        gives for it alone. On the C++ loop their rows share each matmul, so the weights are read once for all of
+        them; the Python loop runs them in turn."""
+        if self.native_layers is None or len(parts) == 1:
+            return [self(p.tokens, p.batch, cache, p.logits_at, capture_layers) for p in parts]
+        inputs = [self._layer_input(p.tokens, p.batch) for p in parts]
+        layered = self.native_layers.parts(inputs, cache, capture_layers)
+        return [self._output(x, captured, p.logits_at, None) for (x, captured), p in zip(layered, parts)]
+
+    def _layer_input(self, tokens: Tensor, batch: ForwardBatch) -> LayerInput:
+        """The embedded tokens [batch, q] and what every layer reads of ``batch``: RoPE tables and the additive mask."""
+        x = self.embed_tokens(tokens).to(self.dtype)  # the table may be stored compactly (loading.py)
+        batch.prepare(self.config)
+        cos, sin = rope_tables(batch.input_pos, self.inv_freq, self.dtype)
+        mask = attention_mask(batch.mask, self.config.num_heads // self.config.num_kv_heads, self.dtype)
+        return LayerInput(x, batch, cos, sin, mask)
+
+    def _output(self, x: Tensor, captured: dict[int, Tensor], logits_at: Tensor | None, lm_head) -> ForwardOutput:
+        """The last norm over x [batch, q, hidden], and the logits at ``logits_at`` [batch, n] (every position: None)."""
         hidden = self.norm(x)
         if logits_at is not None:
             picked = hidden.gather(1, logits_at[:, :, None].expand(-1, -1, hidden.shape[-1]))
         else:
             picked = hidden
         return ForwardOutput((lm_head or self.lm_head)(picked), hidden, captured)
+
+
+@dataclass
+class ForwardPart:
+    """One batch of a forward that runs several (``Transformer.forward_parts``)."""
+
+    tokens: Tensor  # [batch, q]
+    batch: ForwardBatch
+    logits_at: Tensor | None = None  # [batch, n] indices into q; None = every position
 
 
 def prefill(
@@ -294,14 +324,19 @@ def prefill(
     Returns each chunk's output; logits are computed for the chunk's last position only.
     """
     device = model.norm.weight.device
-    ids = torch.tensor([prompt_ids], device=device)
-    rows = torch.tensor([slot], device=device)
     cache.lengths[slot] = start
     outputs = []
-    for begin in range(start, ids.shape[1], chunk):
-        part = ids[:, begin : begin + chunk]
-        batch = causal_batch(rows, torch.tensor([begin], device=device), part.shape[1])
-        last = torch.tensor([[part.shape[1] - 1]], device=device)
-        outputs.append(model(part, batch, cache, logits_at=last, capture_layers=capture_layers))
-        cache.commit(slot, begin + part.shape[1])
+    for begin in range(start, len(prompt_ids), chunk):
+        end = min(begin + chunk, len(prompt_ids))
+        part = prompt_part(slot, prompt_ids, begin, end, device)
+        outputs.append(model(part.tokens, part.batch, cache, logits_at=part.logits_at, capture_layers=capture_layers))
+        cache.commit(slot, end)
     return outputs
+
+
+def prompt_part(slot: int, prompt_ids: list[int], begin: int, end: int, device: torch.device) -> ForwardPart:
+    """Prompt positions [begin, end) into ``slot``, which holds the ``begin`` before them; logits at the last one.
+    The caller commits the slot's length to ``end`` after the forward."""
+    tokens = torch.tensor([prompt_ids[begin:end]], device=device)
+    batch = causal_batch(torch.tensor([slot], device=device), torch.tensor([begin], device=device), end - begin)
+    return ForwardPart(tokens, batch, torch.tensor([[end - begin - 1]], device=device))

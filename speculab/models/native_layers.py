@@ -11,6 +11,8 @@ Does not know: the math (``llama.py`` is the reference), or how kernels are buil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -69,24 +71,43 @@ class NativeLayers:
 
     def __call__(self, x: Tensor, batch, cache, cos: Tensor, sin: Tensor, mask: Tensor, capture_layers: tuple[int, ...]):
         """x: [batch, q, hidden] → (x after the last layer, {layer: [batch, q, hidden] entering it})."""
-        c = self.config
-        row_start = batch.contiguous_rows.start if batch.contiguous_rows is not None else -1
+        return self.parts([LayerInput(x, batch, cos, sin, mask)], cache, capture_layers)[0]
+
+    def parts(self, parts: list[LayerInput], cache, capture_layers: tuple[int, ...]) -> list[tuple[Tensor, dict[int, Tensor]]]:
+        """Several batches in one pass (a step's verify and a prompt's chunk): their rows share each matmul, so every
+        weight is read once, and each attends alone; per part, what ``__call__`` gives for it alone, bit for bit (the
+        kernels compute every row alone)."""
+        c, layers = self.config, sorted(capture_layers)
         x, captured = self.kernels.decoder_layers(
-            x,
+            [p.x.contiguous() for p in parts],
             self.params,
             cache.kv,
-            batch.rows,
-            row_start,
-            batch.cache_pos,
-            cos,
-            sin,
-            mask,
+            [p.batch.rows for p in parts],
+            [p.batch.contiguous_rows.start if p.batch.contiguous_rows is not None else -1 for p in parts],
+            [p.batch.cache_pos for p in parts],
+            [p.cos for p in parts],
+            [p.sin for p in parts],
+            [p.mask for p in parts],
             c.num_heads,
             c.num_kv_heads,
             c.head_dim,
             c.rms_norm_eps,
-            sorted(capture_layers),
+            layers,
             self.native_attention_max_q(),
             input_norm=self.input_norm,
         )
-        return x, dict(zip(sorted(capture_layers), captured))
+        sizes, shapes = [p.x.shape[0] * p.x.shape[1] for p in parts], [p.x.shape for p in parts]
+        xs = [t.view(shape) for t, shape in zip(x.split(sizes), shapes)]
+        per_layer = [[t.view(shape) for t, shape in zip(cap.split(sizes), shapes)] for cap in captured]
+        return [(xs[i], {layer: per_layer[j][i] for j, layer in enumerate(layers)}) for i in range(len(parts))]
+
+
+@dataclass(frozen=True)
+class LayerInput:
+    """One part of a forward as the layers take it."""
+
+    x: Tensor  # [batch, q, hidden]: the part's embedded tokens
+    batch: object  # llama.ForwardBatch: its rows, positions and mask
+    cos: Tensor  # [batch, 1, q, head_dim]
+    sin: Tensor  # [batch, 1, q, head_dim]
+    mask: Tensor  # [batch, 1, group*q, length] additive

@@ -6,7 +6,8 @@
 #include <vector>
 
 std::tuple<torch::Tensor, std::vector<torch::Tensor>> decoder_layers(
-    torch::Tensor x, const std::vector<std::vector<torch::Tensor>>& layers, torch::Tensor kv, torch::Tensor rows,
-    int64_t row_start, torch::Tensor cache_pos, torch::Tensor cos, torch::Tensor sin,
-    torch::Tensor mask, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps,
-    const std::vector<int64_t>& capture, int64_t attention_max_q, bool input_norm);
+    const std::vector<torch::Tensor>& xs, const std::vector<std::vector<torch::Tensor>>& layers, torch::Tensor kv,
+    const std::vector<torch::Tensor>& rows, const std::vector<int64_t>& row_start, const std::vector<torch::Tensor>& cache_pos,
+    const std::vector<torch::Tensor>& cos, const std::vector<torch::Tensor>& sin, const std::vector<torch::Tensor>& mask,
+    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, const std::vector<int64_t>& capture,
+    int64_t attention_max_q, bool input_norm);

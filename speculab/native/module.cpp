@@ -21,7 +21,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("use_amx", &use_amx, "pack weights for the AMX kernel from now on where the CPU has AMX (false: the FMA kernels' panels); returns the previous setting");
   m.def("amx_in_use", &amx_in_use, "whether pack makes AMX-layout weights (and a bf16 cache's attention runs on the tiles)");
   m.def("attention_amx_available", &attention_amx_available, "whether a bf16 cache's attention runs on the tiles for this head dim");
-  m.def("decoder_layers", &decoder_layers, "the decoder layers of models/llama.py on speculab's kernels", py::arg("x"),
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of models/llama.py on speculab's kernels", py::arg("xs"),
         py::arg("layers"), py::arg("kv"), py::arg("rows"), py::arg("row_start"), py::arg("cache_pos"), py::arg("cos"),
         py::arg("sin"), py::arg("mask"), py::arg("num_heads"), py::arg("num_kv_heads"), py::arg("head_dim"), py::arg("eps"),
         py::arg("capture"), py::arg("attention_max_q"), py::arg("input_norm") = true);

@@ -4,9 +4,10 @@ Knows: a draft as its tokens and the parent index of each node (``-1`` = the
 root, i.e. the last token already emitted but not yet in the target's cache).
 A chain is the tree where node i's parent is i-1. From the parents it derives
 depths, the ancestor (attention) mask and the root-to-leaf paths. A parent
-always precedes its children; that is checked, not assumed.
+always precedes its children; that is checked, not assumed. ``verify_batch`` lays a
+batch's trees out as one forward's tokens, positions and masks.
 
-Does not know: models, scores or how the tree was grown (that is each proposer's).
+Does not know: models' weights, scores or how the tree was grown (that is each proposer's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from speculab.models.llama import ForwardBatch, causal_batch
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,33 @@ class VerifyTree:
         for i in range(1, len(self)):
             kids[int(self.parents[i])].append(i)
         return kids
+
+
+def verify_batch(trees: list[VerifyTree], start: list[int], device: torch.device) -> tuple[Tensor, ForwardBatch]:
+    """Tokens [batch, q] and the forward batch verifying row i's tree after the ``start[i]`` positions of context that
+    its cache slot, slot i, holds.
+
+    Row i's node j is written at cache position start_i + j, at RoPE position start_i + depth;
+    it sees the row's context and its own ancestors. Padding nodes (j >= len(tree)) see the row's
+    context and themselves, so their attention stays well-defined; they are never committed.
+    """
+    bsz, q, start = len(trees), max(map(len, trees)), torch.tensor(start)
+    if q == 1:  # every draft is empty: a plain decode step
+        tokens = torch.stack([t.tokens for t in trees]).to(device)
+        return tokens, causal_batch(torch.arange(bsz, device=device), start.to(device), 1)
+    length = int(start.max()) + q
+    tokens = torch.zeros(bsz, q, dtype=torch.long)
+    input_pos = start[:, None] + torch.arange(q)[None, :]
+    cache_pos = input_pos.clone()
+    mask = torch.arange(length)[None, None, :] < start[:, None, None]  # [batch, 1, length]: the context
+    mask = mask.expand(bsz, q, length).clone()
+    mask[torch.arange(bsz)[:, None], torch.arange(q)[None, :], cache_pos] = True  # every node (padding included) sees itself
+    for row, tree in enumerate(trees):
+        n, s = len(tree), int(start[row])
+        tokens[row, :n] = tree.tokens
+        input_pos[row, :n] = s + tree.depth
+        mask[row, :n, s : s + n] = tree.ancestor_mask()
+    batch = ForwardBatch(
+        torch.arange(bsz, device=device), input_pos.to(device), cache_pos.to(device), mask[:, None].to(device), slice(0, bsz)
+    )
+    return tokens.to(device), batch

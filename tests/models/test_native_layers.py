@@ -131,3 +131,34 @@ def test_a_head_size_the_kernels_do_not_take_keeps_the_python_loop_on_native_lin
     ours = speculab_from_hf(tiny_hf_model("llama", seed=2, bf16_weights=True, num_attention_heads=8, num_key_value_heads=2))
     assert ours.config.head_dim == 8 and ours.native_layers is None
     assert isinstance(ours.layers[0].self_attn.qkv_proj, NativeLinear), "native kernels not built: run `make setup`"
+
+
+@pytest.mark.parametrize("chunk", [7, 70])  # on the native attention, and past it (ATen's)
+def test_parts_in_one_forward_give_what_each_gives_alone(model, chunk):
+    """A step's verify (a chain over slots 0..2) and a prompt's chunk (slot 3) in one pass: each part's logits,
+    captures and K/V bit for bit what its own forward gives (the kernels compute every row alone)."""
+    from speculab.models.llama import ForwardPart, prompt_part
+
+    prompt = torch.randint(0, 256, (chunk + 4,)).tolist()
+    verify_tokens = torch.randint(0, 256, (3, 5))
+
+    def parts():
+        return [
+            ForwardPart(verify_tokens, causal_batch(torch.arange(3), torch.full((3,), 9), 5)),
+            prompt_part(3, prompt, 4, 4 + chunk, "cpu"),
+        ]
+
+    def context():
+        cache = model.new_cache(4, 128)
+        model(torch.arange(3, 30).view(3, 9), causal_batch(torch.arange(3), torch.zeros(3, dtype=torch.long), 9), cache)
+        model(torch.tensor([prompt[:4]]), causal_batch(torch.tensor([3]), torch.zeros(1, dtype=torch.long), 4), cache)
+        return cache
+
+    together_cache, alone_cache = context(), context()
+    together = model.forward_parts(parts(), together_cache, capture_layers=(0, 2))
+    alone = [model(p.tokens, p.batch, alone_cache, p.logits_at, capture_layers=(0, 2)) for p in parts()]
+    for t, a in zip(together, alone):
+        assert torch.equal(t.logits, a.logits) and torch.equal(t.hidden, a.hidden)
+        assert t.captured.keys() == a.captured.keys() and all(torch.equal(t.captured[i], a.captured[i]) for i in a.captured)
+    assert together[1].logits.shape[:2] == (1, 1)  # the chunk's logits at its last position only
+    assert torch.equal(together_cache.kv, alone_cache.kv)
