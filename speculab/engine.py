@@ -195,7 +195,7 @@ class Engine:
             events.append(self._finish_job(job))
         while room is None or room > 0:
             if self.prefilling is None:
-                if not self.waiting or len(self.running) >= self.max_batch:
+                if not self._can_start_prompt:
                     break
                 self.prefilling = self._start_job(self.waiting.popleft())
             job = self.prefilling
@@ -221,7 +221,7 @@ class Engine:
         verify tokens (one weight read for both), in the room the step gives prompts; None: no prompt waits, the step
         gives none, or the prompt's drafter must catch up first."""
         job = self.prefilling
-        if job is None and (not self.waiting or len(self.running) >= self.max_batch):
+        if job is None and not self._can_start_prompt:
             return None
         remaining = len(job.request.prompt_ids) - job.done if job is not None else len(self.waiting[0].prompt_ids)
         ride.room = self.chunked_prefill.room(ride.used, remaining, ride.rows)
@@ -230,6 +230,11 @@ class Engine:
         if job is None:
             job = self.prefilling = self._start_job(self.waiting.popleft())
         return self._chunks.part(job, ride.room)
+
+    @property
+    def _can_start_prompt(self) -> bool:
+        """A prompt waits and a slot is free for it."""
+        return bool(self.waiting) and len(self.running) < self.max_batch
 
     def _start_job(self, request: Request) -> PrefillJob:
         """The request's prompt in the slot after the running requests', with what the prompt cache holds of it."""
